@@ -1,0 +1,20 @@
+"""The advantages stage: applies an advantage estimator group by group and writes
+``Sample.advantage`` (groups may differ in size, e.g. after filtering)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from heron.records import RolloutBatch
+
+AdvantageEstimator = Callable[[torch.Tensor], torch.Tensor]  # [num_groups, group_size] -> same
+
+
+def assign_advantages(batch: RolloutBatch, estimator: AdvantageEstimator) -> RolloutBatch:
+    for group in batch.groups:
+        rewards = torch.tensor([group.rewards], dtype=torch.float32)  # [1, group_size]
+        for sample, adv in zip(group.samples, estimator(rewards)[0].tolist()):
+            sample.advantage = adv
+    return batch

@@ -1,0 +1,104 @@
+"""``heron`` command line. The surface is small and frozen by a test: new knobs go into
+component configs (``key.sub=value`` overrides), not new flags."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from heron.config.base import ConfigError
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML config file")
+    p.add_argument("overrides", nargs="*", help="key.sub=value overrides")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="heron", description="RL post-training for LLMs")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_config_args(sub.add_parser("train", help="RL training run"))
+    _add_config_args(sub.add_parser("sft", help="supervised warm start; writes an HF folder"))
+    _add_config_args(sub.add_parser("check", help="validate a config and its inputs, run nothing"))
+    sub.add_parser("config", help="print every config key with its default and meaning")
+    toy = sub.add_parser("toy", help="create the toy task data and a random toy model")
+    toy.add_argument("--out", required=True, help="folder for data/ and toy-model/")
+    demo = sub.add_parser("demo", help="toy model -> SFT warm start -> RL, end to end")
+    demo.add_argument("--run-dir", default=None, help="output folder (default runs/demo-<time>)")
+    demo.add_argument("--config", default=str(Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"))
+    demo.add_argument("overrides", nargs="*", help="key.sub=value overrides")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except ConfigError as e:
+        print(f"heron: config error: {e}", file=sys.stderr)
+        return 2
+
+
+def _load(args):
+    from heron.config.root import load_config
+
+    return load_config(args.config, args.overrides)
+
+
+def cmd_train(args) -> int:
+    from heron.loop import train
+
+    train(_load(args))
+    return 0
+
+
+def cmd_sft(args) -> int:
+    from heron.sft import run_sft
+
+    run_sft(_load(args))
+    return 0
+
+
+def cmd_check(args) -> int:
+    from heron.components import check_inputs
+
+    cfg = _load(args)
+    check_inputs(cfg)
+    print(f"config ok: {cfg.rollout.num_rollouts} rollouts x {cfg.rollout.num_samples} samples -> {cfg.run.dir}")
+    return 0
+
+
+def cmd_config(args) -> int:
+    from heron.config.base import field_docs
+    from heron.config.root import HeronConfig
+
+    for key, text, default in field_docs(HeronConfig):
+        print(f"{key:32} {default!r:>14}  {text}")
+    return 0
+
+
+def cmd_toy(args) -> int:
+    from heron.toy.demo_assets import create_demo_assets
+
+    paths = create_demo_assets(Path(args.out))
+    print("\n".join(f"{k}: {v}" for k, v in paths.items()))
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from heron.toy.demo_assets import run_demo
+
+    run_dir = Path(args.run_dir or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_demo(run_dir, args.config, args.overrides)
+    return 0
+
+
+COMMANDS = {
+    "train": cmd_train, "sft": cmd_sft, "check": cmd_check, "config": cmd_config,
+    "toy": cmd_toy, "demo": cmd_demo,
+}
+
+if __name__ == "__main__":
+    sys.exit(main())

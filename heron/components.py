@@ -1,0 +1,103 @@
+"""Builds the components of a run from its config: each gets its own section, nothing global."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from heron.algo.advantages import ADVANTAGE_ESTIMATORS
+from heron.config.root import HeronConfig
+from heron.data.jsonl import load_prompts
+from heron.data.sampler import EpochSampler
+from heron.evaluator import Evaluator
+from heron.records import Prompt
+from heron.reward.scorer import RewardScorer
+from heron.rollout.embedded import EmbeddedEngine
+from heron.rollout.generator import RolloutGenerator
+from heron.rollout.prompt_format import PromptFormatter
+from heron.trainer.objectives import PolicyObjective
+from heron.trainer.policy_trainer import PolicyTrainer
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(path: str, dtype: str) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
+
+
+def check_inputs(cfg: HeronConfig) -> None:
+    """Fails fast, before any compute, on missing files."""
+    from heron.config.base import ConfigError
+
+    if not (Path(cfg.model.path) / "config.json").is_file():
+        raise ConfigError(f"model.path '{cfg.model.path}' is not an HF model folder (no config.json)")
+    for key, path in (("data.path", cfg.data.path), ("eval.path", cfg.eval.path)):
+        if path and not Path(path).is_file():
+            raise ConfigError(f"{key} '{path}' does not exist")
+
+
+@dataclass
+class Components:
+    cfg: HeronConfig
+    tokenizer: object
+    sampler: EpochSampler[Prompt]
+    generator: RolloutGenerator
+    engine: EmbeddedEngine
+    scorer: RewardScorer
+    trainer: PolicyTrainer
+    evaluator: Evaluator | None
+
+    def advantage_estimator(self):
+        return ADVANTAGE_ESTIMATORS[self.cfg.algo.advantage]
+
+
+def build_components(cfg: HeronConfig) -> Components:
+    check_inputs(cfg)
+    torch.manual_seed(cfg.run.seed)
+    tokenizer = load_tokenizer(cfg.model.path)
+    formatter = PromptFormatter(tokenizer)
+    prompts = load_prompts(cfg.data.path, cfg.data.prompt_key, cfg.data.label_key)
+    scorer = RewardScorer.from_name(cfg.reward.fn)
+    engine = EmbeddedEngine(
+        load_model(cfg.model.path, cfg.model.dtype).eval().requires_grad_(False),
+        pad_token_id=tokenizer.pad_token_id,
+        max_batch_size=cfg.rollout.max_batch_size,
+    )
+    objective = PolicyObjective(cfg.algo)
+    trainer = PolicyTrainer(
+        load_model(cfg.model.path, cfg.model.dtype),
+        cfg.train,
+        objective,
+        total_steps=cfg.rollout.num_rollouts * cfg.train.steps_per_rollout,
+        temperature=cfg.rollout.temperature,
+        reference=load_model(cfg.model.path, cfg.model.dtype) if objective.needs_reference else None,
+    )
+    evaluator = None
+    if cfg.eval.enabled:
+        eval_prompts = load_prompts(cfg.eval.path, cfg.data.prompt_key, cfg.data.label_key)
+        if cfg.eval.max_prompts:
+            eval_prompts = eval_prompts[: cfg.eval.max_prompts]
+        evaluator = Evaluator(eval_prompts, formatter, scorer.fn, cfg.eval.max_new_tokens)
+    return Components(
+        cfg=cfg,
+        tokenizer=tokenizer,
+        sampler=EpochSampler(prompts, seed=cfg.run.seed, shuffle=cfg.data.shuffle),
+        generator=RolloutGenerator(engine, formatter, cfg.rollout, cfg.run.seed),
+        engine=engine,
+        scorer=scorer,
+        trainer=trainer,
+        evaluator=evaluator,
+    )

@@ -1,0 +1,52 @@
+"""The root config of a run: one section per component, nothing global."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from heron.config.algo import AlgoConfig
+from heron.config.base import apply_overrides, build, check, doc, load_yaml
+from heron.config.data import DataConfig
+from heron.config.eval import EvalConfig
+from heron.config.model import ModelConfig
+from heron.config.reward import RewardConfig
+from heron.config.rollout import RolloutConfig
+from heron.config.run import RunConfig
+from heron.config.sft import SFTConfig
+from heron.config.tracking import TrackingConfig
+from heron.config.train import TrainConfig
+
+
+@dataclass(frozen=True)
+class HeronConfig:
+    """Everything a run is made of. Each component is built from its own section."""
+
+    model: ModelConfig = doc("Policy model folder.")
+    data: DataConfig = doc("Training prompts.")
+    run: RunConfig = doc("Output folder and seed.", factory=RunConfig)
+    rollout: RolloutConfig = doc("Rollout counts and sampling.", factory=RolloutConfig)
+    algo: AlgoConfig = doc("Advantages, loss and KL.", factory=AlgoConfig)
+    train: TrainConfig = doc("Optimizer and batching.", factory=TrainConfig)
+    reward: RewardConfig = doc("Reward function.", factory=RewardConfig)
+    eval: EvalConfig = doc("Held-out evaluation.", factory=EvalConfig)
+    sft: SFTConfig = doc("Supervised warm start (heron sft).", factory=SFTConfig)
+    tracking: TrackingConfig = doc("Progress, summaries, metrics, plots.", factory=TrackingConfig)
+
+    def __post_init__(self):
+        mini = self.rollout.num_samples // self.train.steps_per_rollout
+        check(
+            self.rollout.num_samples % self.train.steps_per_rollout == 0,
+            f"train.steps_per_rollout={self.train.steps_per_rollout} must divide the "
+            f"{self.rollout.num_samples} samples of a rollout (rollout.batch_size x rollout.samples_per_prompt)",
+        )
+        check(
+            mini % min(self.train.micro_batch_size, mini) == 0,
+            f"train.micro_batch_size={self.train.micro_batch_size} must divide the mini-batch of {mini} samples "
+            f"(rollout samples / train.steps_per_rollout)",
+        )
+
+
+def load_config(path: str | None, overrides: list[str] = ()) -> HeronConfig:
+    """YAML file (optional) + ``key.sub=value`` overrides -> a validated ``HeronConfig``."""
+    data = load_yaml(path) if path else {}
+    return build(HeronConfig, apply_overrides(data, list(overrides)))

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from heron.config.base import check, doc
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimizer, schedule and batching of the trainer."""
+
+    lr: float = doc("Peak learning rate of AdamW.", 1e-4)
+    weight_decay: float = doc("AdamW decoupled weight decay.", 0.0)
+    betas: list[float] = doc("AdamW betas.", factory=lambda: [0.9, 0.999])
+    eps: float = doc("AdamW epsilon.", 1e-8)
+    warmup_steps: int = doc("Linear LR warm-up, in optimizer steps.", 0)
+    lr_schedule: Literal["constant", "cosine"] = doc("LR after warm-up: constant, or cosine decay to min_lr_ratio.", "constant")
+    min_lr_ratio: float = doc("Final LR of the cosine schedule as a fraction of lr.", 0.1)
+    grad_clip: float = doc("Clip the global grad norm to this value; 0 disables clipping.", 1.0)
+    steps_per_rollout: int = doc("Optimizer steps per rollout: the batch is split into this many mini-batches.", 1)
+    micro_batch_size: int = doc("Sequences per forward/backward; gradients accumulate over a mini-batch.", 8)
+    recompute_old_logprobs: bool = doc(
+        "Recompute old logprobs with the trainer before the first step (else use the engine's).", True
+    )
+
+    def __post_init__(self):
+        check(self.lr > 0, f"train.lr must be > 0, got {self.lr}")
+        check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), f"train.betas must be two numbers in [0, 1), got {self.betas}")
+        check(self.warmup_steps >= 0, f"train.warmup_steps must be >= 0, got {self.warmup_steps}")
+        check(0 <= self.min_lr_ratio <= 1, f"train.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        check(self.grad_clip >= 0, f"train.grad_clip must be >= 0, got {self.grad_clip}")
+        check(self.steps_per_rollout >= 1, f"train.steps_per_rollout must be >= 1, got {self.steps_per_rollout}")
+        check(self.micro_batch_size >= 1, f"train.micro_batch_size must be >= 1, got {self.micro_batch_size}")

@@ -1,0 +1,1 @@
+"""Prompt datasets and the resumable sampler that walks them."""

@@ -1,0 +1,1 @@
+"""Reward functions: score each sample's response against its prompt's label."""

@@ -1,0 +1,102 @@
+"""The verbs of one RL run. The loop (``heron.loop``) composes them; each verb is a call into
+a component and records its own wall time, so the loop stays one screen of named steps."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from heron.algo.assign import assign_advantages
+from heron.components import Components, build_components
+from heron.config.base import to_dict
+from heron.config.root import HeronConfig
+from heron.records import RolloutBatch
+from heron.tracking.tracker import Tracker
+from heron.trainer.batch import collate
+
+
+class RLRun:
+    def __init__(self, cfg: HeronConfig):
+        self.cfg = cfg
+        self.run_dir = Path(cfg.run.dir)
+        self.c: Components = build_components(cfg)
+        self.start_rollout = 0
+        self.timings: dict[str, float] = {}
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        _write_config(cfg, self.run_dir / "config.yaml")
+        self.tracker = Tracker(cfg.tracking, self.run_dir, self.start_rollout, cfg.rollout.num_rollouts)
+
+    def __enter__(self) -> "RLRun":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.tracker.close()
+
+    def rollout_ids(self) -> range:
+        return range(self.start_rollout, self.cfg.rollout.num_rollouts)
+
+    @contextmanager
+    def _timed(self, name: str):
+        start = time.perf_counter()
+        yield
+        self.timings[f"time/{name}_s"] = time.perf_counter() - start
+
+    def generate(self, rollout_id: int) -> RolloutBatch:
+        self.timings = {"_start": time.perf_counter()}
+        with self._timed("generate"):
+            prompts = self.c.sampler.take(self.cfg.rollout.batch_size)
+            return self.c.generator.generate(rollout_id, prompts)
+
+    def reward(self, batch: RolloutBatch) -> RolloutBatch:
+        with self._timed("reward"):
+            return self.c.scorer.score(batch)
+
+    def advantages(self, batch: RolloutBatch) -> RolloutBatch:
+        return assign_advantages(batch, self.c.advantage_estimator())
+
+    def train(self, batch: RolloutBatch) -> dict[str, float]:
+        with self._timed("train"):
+            return self.c.trainer.train(collate(batch.samples, self.c.tokenizer.pad_token_id))
+
+    def push_weights(self) -> None:
+        with self._timed("push_weights"):
+            self.c.engine.load_weights(self.c.trainer.weights(), self.c.trainer.version)
+
+    def evaluate(self, rollout_id: int) -> dict[str, float]:
+        """Eval before the first rollout (``rollout_id=-1``), every ``eval.interval`` and at the end."""
+        if self.c.evaluator is None or not self._eval_due(rollout_id):
+            return {}
+        with self._timed("eval"):
+            metrics = self.c.evaluator.evaluate(self.c.engine)
+        self.tracker.log_eval(rollout_id, self.c.engine.policy_version, metrics)
+        return metrics
+
+    def _eval_due(self, rollout_id: int) -> bool:
+        last = self.cfg.rollout.num_rollouts - 1
+        return rollout_id == -1 or rollout_id == last or (rollout_id + 1) % self.cfg.eval.interval == 0
+
+    def log(self, batch: RolloutBatch, train_metrics: dict, eval_metrics: dict) -> dict:
+        rewards = [s.reward for s in batch.samples]
+        lengths = [len(s.response_tokens) for s in batch.samples]
+        record = {
+            "rollout_id": batch.rollout_id,
+            "policy_version": self.c.trainer.version,
+            "reward/mean": statistics.fmean(rewards),
+            "reward/std": statistics.pstdev(rewards),
+            "response/length_mean": statistics.fmean(lengths),
+            "response/truncated_fraction": statistics.fmean(s.finish_reason == "length" for s in batch.samples),
+            **{f"train/{k}": v for k, v in train_metrics.items()},
+            **eval_metrics,
+            **{k: v for k, v in self.timings.items() if not k.startswith("_")},
+            "time/rollout_s": time.perf_counter() - self.timings["_start"],
+        }
+        self.tracker.log_rollout(record)
+        return record
+
+
+def _write_config(cfg: HeronConfig, path: Path) -> None:
+    import yaml
+
+    path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))

@@ -1,0 +1,243 @@
+"""The embedded rollout engine: an HF transformers causal LM decoding in-process.
+
+Shapes: B = rows in a batch, P = padded prompt length, T = most new tokens of any row in the
+batch, V = vocabulary size, S = most stop tokens of any row.
+
+How a batch is decoded: prompts are left-padded to P so every row's next token sits in the
+last column; position ids count only real tokens (cumsum(mask) - 1), so a padded prompt sees
+the same positions as it would alone. One prefill fills a ``DynamicCache``, then each step
+feeds one token per row. A row finishes on one of its stop tokens (kept in the output, with
+its logprob) or after its ``max_new_tokens``; finished rows keep feeding the pad token and are
+ignored; the loop ends as soon as every row has finished.
+
+Sampling is per row (temperature, top-p, greedy, seed); see ``heron.rollout.sampling`` for the
+logprob convention and why a request's sample does not depend on its batch. Note that two
+requests with the same prompt and the same ``seed`` produce the same sample: callers give each
+sample of a group its own seed.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from heron.records import Generation, GenerationRequest
+from heron.rollout.sampling import draw_uniforms, select_tokens
+
+
+@dataclass(frozen=True)
+class _BatchParams:
+    """Per-row sampling parameters of one batch as tensors on the model's device."""
+
+    temperature: torch.Tensor  # [B]; 1.0 on greedy rows
+    top_p: torch.Tensor | None  # [B]; None when no row truncates
+    greedy: torch.Tensor | None  # [B] bool; None when no row is greedy
+    stop_token_ids: torch.Tensor | None  # [B, S], padded with -1; None when no row has any
+    max_new_tokens: torch.Tensor  # [B]
+    uniforms: torch.Tensor  # [B, T], row b from its own seeded generator
+    num_steps: int  # T
+
+
+def _validate_request(index: int, request: GenerationRequest) -> None:
+    p = request.params
+    if not request.prompt_tokens:
+        raise ValueError(f"request {index}: prompt_tokens is empty")
+    if p.max_new_tokens < 1:
+        raise ValueError(f"request {index}: max_new_tokens must be >= 1, got {p.max_new_tokens}")
+    if not p.greedy and p.temperature <= 0:
+        raise ValueError(f"request {index}: temperature must be > 0 (or greedy=True), got {p.temperature}")
+    if not 0 < p.top_p <= 1:
+        raise ValueError(f"request {index}: top_p must be in (0, 1], got {p.top_p}")
+
+
+def _batch_params(requests: Sequence[GenerationRequest], device: torch.device) -> _BatchParams:
+    params = [r.params for r in requests]
+    num_steps = max(p.max_new_tokens for p in params)
+    num_stop = max(len(p.stop_token_ids) for p in params)
+    generators = [torch.Generator().manual_seed(p.seed) for p in params]
+    stop_rows = [list(p.stop_token_ids) + [-1] * (num_stop - len(p.stop_token_ids)) for p in params]
+    any_top_p, any_greedy = any(p.top_p < 1 for p in params), any(p.greedy for p in params)
+    return _BatchParams(
+        temperature=torch.tensor([1.0 if p.greedy else p.temperature for p in params], device=device),  # [B]
+        top_p=torch.tensor([p.top_p for p in params], device=device) if any_top_p else None,  # [B]
+        greedy=torch.tensor([p.greedy for p in params], device=device) if any_greedy else None,  # [B]
+        stop_token_ids=torch.tensor(stop_rows, device=device) if num_stop else None,  # [B, S]
+        max_new_tokens=torch.tensor([p.max_new_tokens for p in params], device=device),  # [B]
+        uniforms=draw_uniforms(generators, num_steps).to(device),  # [B, T]
+        num_steps=num_steps,
+    )
+
+
+def _left_pad(
+    prompts: Sequence[list[int]], pad_token_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns input_ids [B, P] and attention_mask [B, P] (0 on padding) for left-padded prompts."""
+    length = max(len(p) for p in prompts)
+    input_ids = torch.tensor([[pad_token_id] * (length - len(p)) + p for p in prompts], device=device)  # [B, P]
+    mask = torch.tensor([[0] * (length - len(p)) + [1] * len(p) for p in prompts], device=device)  # [B, P]
+    return input_ids, mask
+
+
+def _cache_kwarg(model: torch.nn.Module) -> str:
+    """transformers 5.x names the KV-cache argument ``cache``; older models ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+class EmbeddedEngine:
+    """``RolloutEngine`` over an in-process HF causal LM (batched, KV-cached, seeded per request).
+
+    Example::
+
+        engine = EmbeddedEngine.from_pretrained("runs/toy/model")
+        [gen] = engine.generate([GenerationRequest([5, 6, 7], SamplingParams(seed=1))])
+    """
+
+    def __init__(
+        self, model: torch.nn.Module, *, pad_token_id: int, max_batch_size: int = 64, policy_version: int = 0
+    ):
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        self.model = model
+        self.pad_token_id = pad_token_id
+        self.max_batch_size = max_batch_size
+        self._policy_version = policy_version
+        self._cache_kwarg = _cache_kwarg(model)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **kwargs) -> EmbeddedEngine:
+        """Loads an HF folder in float32, in eval mode, without grads. ``pad_token_id`` defaults
+        to the model config's."""
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        model.eval().requires_grad_(False)
+        if kwargs.get("pad_token_id") is None:
+            kwargs["pad_token_id"] = model.config.pad_token_id
+            if kwargs["pad_token_id"] is None:
+                raise ValueError(f"{path}: config has no pad_token_id; pass pad_token_id=")
+        return cls(model, **kwargs)
+
+    @property
+    def policy_version(self) -> int:
+        return self._policy_version
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
+        for index, request in enumerate(requests):
+            _validate_request(index, request)
+        generations: list[Generation] = []
+        for start in range(0, len(requests), self.max_batch_size):
+            generations.extend(self._generate_batch(requests[start : start + self.max_batch_size]))
+        return generations
+
+    def _forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, cache
+    ) -> torch.Tensor:
+        """Runs the model on new tokens input_ids [B, L] -> next-token logits [B, V] (float32)."""
+        output = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,  # [B, past + L]
+            position_ids=position_ids,  # [B, L]
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_kwarg: cache},
+        )
+        return output.logits[:, -1, :].float()  # [B, V]
+
+    @torch.inference_mode()
+    def _generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        from transformers import DynamicCache
+
+        device = self.device
+        params = _batch_params(requests, device)
+        prompts = [r.prompt_tokens for r in requests]
+        input_ids, prompt_mask = _left_pad(prompts, self.pad_token_id, device)  # [B, P], [B, P]
+        num_rows, prompt_len = input_ids.shape
+        new_mask = prompt_mask.new_ones(num_rows, params.num_steps)  # [B, T]
+        full_mask = torch.cat([prompt_mask, new_mask], dim=1)  # [B, P + T]
+        positions = (prompt_mask.cumsum(dim=-1) - 1).clamp(min=0)  # [B, P]
+        cache = DynamicCache(config=self.model.config)
+        logits = self._forward(input_ids, prompt_mask, positions, cache)  # [B, V]
+        next_position = positions[:, -1:] + 1  # [B, 1]
+
+        tokens_out = torch.full_like(new_mask, self.pad_token_id)  # [B, T]
+        logprobs_out = torch.zeros(num_rows, params.num_steps, device=device)  # [B, T]
+        num_tokens = params.max_new_tokens.clone()  # [B]
+        stopped = torch.zeros(num_rows, dtype=torch.bool, device=device)  # [B]
+        active = torch.ones(num_rows, dtype=torch.bool, device=device)  # [B]
+        for step in range(params.num_steps):
+            tokens, logprobs = select_tokens(
+                logits, params.temperature, params.uniforms[:, step], params.top_p, params.greedy
+            )  # [B], [B]
+            tokens_out[:, step] = tokens
+            logprobs_out[:, step] = logprobs
+            if params.stop_token_ids is not None:
+                hit_stop = active & (tokens.unsqueeze(-1) == params.stop_token_ids).any(dim=-1)  # [B]
+                num_tokens = torch.where(hit_stop, step + 1, num_tokens)  # [B]
+                stopped |= hit_stop
+                active &= ~hit_stop
+            active &= params.max_new_tokens > step + 1
+            if not bool(active.any()):  # also true after the last step: max_new_tokens <= T
+                break
+            feed = tokens.masked_fill(~active, self.pad_token_id).unsqueeze(-1)  # [B, 1]
+            seen_mask = full_mask[:, : prompt_len + step + 1]  # [B, P + step + 1]
+            logits = self._forward(feed, seen_mask, next_position, cache)  # [B, V]
+            next_position = next_position + 1  # [B, 1]
+        return self._to_generations(tokens_out, logprobs_out, num_tokens, stopped)
+
+    def _to_generations(
+        self, tokens: torch.Tensor, logprobs: torch.Tensor, num_tokens: torch.Tensor, stopped: torch.Tensor
+    ) -> list[Generation]:
+        """tokens [B, T], logprobs [B, T], num_tokens [B], stopped [B] -> one Generation per row."""
+        rows = zip(tokens.tolist(), logprobs.tolist(), num_tokens.tolist(), stopped.tolist())
+        return [
+            Generation(
+                tokens=row_tokens[:n],
+                logprobs=row_logprobs[:n],
+                finish_reason="stop" if row_stopped else "length",
+                policy_version=self._policy_version,
+            )
+            for row_tokens, row_logprobs, n, row_stopped in rows
+        ]
+
+    def load_weights(self, state: Mapping[str, torch.Tensor], version: int) -> None:
+        """Copies ``state`` into the model's tensors in place (same objects, so references held
+        elsewhere stay valid). Keys are the model's ``state_dict`` names; of tied parameters
+        (e.g. ``lm_head.weight`` = ``model.embed_tokens.weight``) either name suffices. Checks
+        everything before changing anything."""
+        targets = self._named_tensors()
+        for name, tensor in state.items():
+            if name not in targets:
+                raise ValueError(f"load_weights: unknown key {name!r} (not in the model's state_dict)")
+            if tuple(tensor.shape) != tuple(targets[name].shape):
+                raise ValueError(
+                    f"load_weights: shape mismatch for {name!r}: got {tuple(tensor.shape)}, "
+                    f"model has {tuple(targets[name].shape)}"
+                )
+        for names in self._parameter_aliases():
+            if not any(n in state for n in names):
+                raise ValueError(f"load_weights: missing key {names[0]!r}")
+        with torch.no_grad():
+            for name, tensor in state.items():
+                targets[name].copy_(tensor)
+        self._policy_version = version
+
+    def _named_tensors(self) -> dict[str, torch.Tensor]:
+        """Every name of the model's state_dict (tied aliases included) -> its live tensor."""
+        tensors = dict(self.model.named_parameters(remove_duplicate=False))
+        tensors.update(self.model.named_buffers(remove_duplicate=False))
+        return {name: tensors[name] for name in self.model.state_dict(keep_vars=True) if name in tensors}
+
+    def _parameter_aliases(self) -> list[list[str]]:
+        """Names of each distinct parameter (several when tied), in model order."""
+        aliases: dict[int, list[str]] = {}
+        for name, param in self.model.named_parameters(remove_duplicate=False):
+            aliases.setdefault(id(param), []).append(name)
+        return list(aliases.values())

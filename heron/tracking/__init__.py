@@ -1,0 +1,1 @@
+"""What the user sees: progress bar, per-rollout summary, metrics.jsonl, plots."""

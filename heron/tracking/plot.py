@@ -1,0 +1,30 @@
+"""The reward curve PNG written at the end of a run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def plot_reward_curve(metrics: list[dict], evals: list[dict], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    xs = [m["rollout_id"] for m in metrics]
+    ax.plot(xs, [m["reward/mean"] for m in metrics], label="train reward (mean)", color="tab:blue")
+    if evals:
+        ax.plot(
+            [e["rollout_id"] for e in evals], [e["eval/accuracy"] for e in evals],
+            "o-", label="held-out accuracy (greedy)", color="tab:orange",
+        )
+    ax.set_xlabel("rollout")
+    ax.set_ylabel("reward / accuracy")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

@@ -1,0 +1,72 @@
+"""One object the loop reports to: progress bar, one-line summaries, metrics.jsonl,
+eval.jsonl, optional TensorBoard, and the reward plot at the end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tqdm import tqdm
+
+from heron.config.tracking import TrackingConfig
+from heron.tracking.metrics_file import JsonlWriter, read_jsonl
+from heron.tracking.plot import plot_reward_curve
+
+
+class Tracker:
+    def __init__(self, cfg: TrackingConfig, run_dir: Path, first_rollout: int, num_rollouts: int):
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.metrics = JsonlWriter(self.run_dir / "metrics.jsonl")
+        self.evals = JsonlWriter(self.run_dir / "eval.jsonl")
+        self.bar = tqdm(
+            total=num_rollouts, initial=first_rollout, desc="rollouts", unit="rollout",
+            disable=not cfg.progress, dynamic_ncols=True,
+        )
+        self.tb = None
+        if cfg.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(self.run_dir / "tb"))
+
+    def log_rollout(self, record: dict) -> None:
+        self.metrics.write(record)
+        if self.tb is not None:
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key != "rollout_id":
+                    self.tb.add_scalar(key, value, record["rollout_id"])
+        self.bar.set_postfix(reward=f"{record['reward/mean']:.3f}", s_per_rollout=f"{record['time/rollout_s']:.2f}")
+        self.bar.update(1)
+        if self.cfg.summary:
+            self.print(summary_line(record))
+
+    def log_eval(self, rollout_id: int, policy_version: int, metrics: dict[str, float]) -> None:
+        self.evals.write({"rollout_id": rollout_id, "policy_version": policy_version, **metrics})
+        if self.cfg.summary:
+            self.print(f"eval after rollout {rollout_id}: accuracy={metrics['eval/accuracy']:.3f}")
+
+    def print(self, line: str) -> None:
+        tqdm.write(line) if self.cfg.progress else print(line, flush=True)
+
+    def close(self) -> None:
+        self.bar.close()
+        if self.tb is not None:
+            self.tb.close()
+        if self.cfg.plot and self.metrics.path.exists():
+            evals = read_jsonl(self.evals.path) if self.evals.path.exists() else []
+            plot_reward_curve(read_jsonl(self.metrics.path), evals, self.run_dir / "reward_curve.png")
+
+
+def summary_line(r: dict) -> str:
+    parts = [
+        f"rollout {r['rollout_id']:>4}",
+        f"reward {r['reward/mean']:.3f}",
+        f"loss {r.get('train/loss', float('nan')):+.4f}",
+        f"kl {r.get('train/policy_drift_kl', 0.0):.4f}",
+        f"clip {r.get('train/clip_fraction', 0.0):.3f}",
+        f"entropy {r.get('train/entropy', 0.0):.3f}",
+        f"len {r.get('response/length_mean', 0.0):.1f}",
+        f"{r['time/rollout_s']:.2f}s",
+    ]
+    if "eval/accuracy" in r:
+        parts.append(f"eval {r['eval/accuracy']:.3f}")
+    return " | ".join(parts)

@@ -1,0 +1,1 @@
+"""The trainer: policy model, optimizer, schedule and the objectives it minimises."""

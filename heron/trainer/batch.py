@@ -1,0 +1,78 @@
+"""``TrainBatch``: the tensor form of a rollout's samples, the one record built inside the trainer.
+
+Legend: B = sequences, L = padded prompt+response length, L-1 = predicted positions
+(position t predicts token t+1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Iterator, Sequence
+
+import torch
+
+from heron.records import Sample
+
+
+@dataclass
+class TrainBatch:
+    rollout_id: int
+    policy_version: int
+    sample_ids: list[str]
+    input_ids: torch.Tensor  # [B, L] long, right-padded
+    attention_mask: torch.Tensor  # [B, L] long
+    loss_mask: torch.Tensor  # [B, L-1] float: 1 where target input_ids[:, t+1] is a policy token
+    advantages: torch.Tensor  # [B] float
+    old_logprobs: torch.Tensor  # [B, L-1] float: engine logprobs on loss positions, 0 elsewhere
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def select(self, index: slice) -> "TrainBatch":
+        return replace(
+            self,
+            sample_ids=self.sample_ids[index],
+            input_ids=self.input_ids[index],
+            attention_mask=self.attention_mask[index],
+            loss_mask=self.loss_mask[index],
+            advantages=self.advantages[index],
+            old_logprobs=self.old_logprobs[index],
+        )
+
+    def chunks(self, size: int) -> Iterator["TrainBatch"]:
+        for start in range(0, len(self), size):
+            yield self.select(slice(start, start + size))
+
+    @property
+    def num_loss_tokens(self) -> float:
+        return float(self.loss_mask.sum())
+
+
+def collate(samples: Sequence[Sample], pad_token_id: int) -> TrainBatch:
+    """Right-pads prompt+response of every sample into one ``TrainBatch``."""
+    if not samples:
+        raise ValueError("cannot collate an empty list of samples")
+    lengths = [len(s.prompt_tokens) + len(s.response_tokens) for s in samples]
+    num_rows, max_len = len(samples), max(lengths)
+    input_ids = torch.full((num_rows, max_len), pad_token_id, dtype=torch.long)  # [B, L]
+    attention_mask = torch.zeros((num_rows, max_len), dtype=torch.long)  # [B, L]
+    loss_mask = torch.zeros((num_rows, max_len - 1), dtype=torch.float32)  # [B, L-1]
+    old_logprobs = torch.zeros((num_rows, max_len - 1), dtype=torch.float32)  # [B, L-1]
+    for row, s in enumerate(samples):
+        p, r = len(s.prompt_tokens), len(s.response_tokens)
+        input_ids[row, : p + r] = torch.tensor(s.prompt_tokens + s.response_tokens)
+        attention_mask[row, : p + r] = 1
+        # response token j sits at position p + j and is predicted from position p + j - 1
+        loss_mask[row, p - 1 : p - 1 + r] = torch.tensor(s.loss_mask, dtype=torch.float32)
+        old_logprobs[row, p - 1 : p - 1 + r] = torch.tensor(s.response_logprobs, dtype=torch.float32)
+    advantages = torch.tensor([0.0 if s.advantage is None else s.advantage for s in samples])
+    return TrainBatch(
+        rollout_id=samples[0].rollout_id,
+        policy_version=min(s.policy_version for s in samples),
+        sample_ids=[s.sample_id for s in samples],
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        loss_mask=loss_mask,
+        advantages=advantages,
+        old_logprobs=old_logprobs,
+    )

@@ -1,0 +1,107 @@
+"""The policy trainer: owns the model, AdamW, the LR schedule and (optionally) a frozen
+reference model, and turns a ``TrainBatch`` into ``train.steps_per_rollout`` optimizer steps.
+
+It knows nothing about where it runs: devices, offload and distribution are applied from
+outside (residency and cluster layers).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from heron.config.train import TrainConfig
+from heron.trainer.batch import TrainBatch
+from heron.trainer.logprobs import forward_logprobs
+from heron.trainer.lr_schedule import build_scheduler
+from heron.trainer.objectives import Objective
+
+
+class PolicyTrainer:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        cfg: TrainConfig,
+        objective: Objective,
+        *,
+        total_steps: int,
+        temperature: float = 1.0,
+        reference: torch.nn.Module | None = None,
+    ):
+        if objective.needs_reference and reference is None:
+            raise ValueError("the objective needs a reference model (algo.kl_coef > 0) but none was given")
+        self.model = model.train()
+        self.cfg = cfg
+        self.objective = objective
+        self.temperature = temperature
+        self.reference = reference.eval().requires_grad_(False) if reference is not None else None
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
+        )
+        self.scheduler = build_scheduler(
+            self.optimizer, warmup_steps=cfg.warmup_steps, total_steps=total_steps,
+            schedule=cfg.lr_schedule, min_lr_ratio=cfg.min_lr_ratio,
+        )
+        self.version = 0  # policy version: number of train() calls applied to the weights
+
+    @torch.no_grad()
+    def compute_logprobs(self, batch: TrainBatch, *, reference: bool = False) -> torch.Tensor:
+        """Logprobs [B, L-1] of the batch under the current (or reference) weights."""
+        model = self.reference if reference else self.model
+        if model is None:
+            raise ValueError("no reference model: set algo.kl_coef > 0 to load one")
+        parts = [
+            forward_logprobs(model, mb.input_ids, mb.attention_mask, self.temperature)[0]
+            for mb in batch.chunks(self.cfg.micro_batch_size)
+        ]
+        return torch.cat(parts) * batch.loss_mask
+
+    def train(self, batch: TrainBatch) -> dict[str, float]:
+        """``steps_per_rollout`` optimizer steps on ``batch``; returns metrics averaged over steps."""
+        if self.cfg.recompute_old_logprobs:
+            batch.old_logprobs = self.compute_logprobs(batch)
+        ref_logprobs = self.compute_logprobs(batch, reference=True) if self.objective.needs_reference else None
+        mini_size = len(batch) // self.cfg.steps_per_rollout
+        totals: dict[str, float] = defaultdict(float)
+        for step in range(self.cfg.steps_per_rollout):
+            index = slice(step * mini_size, (step + 1) * mini_size)
+            ref = ref_logprobs[index] if ref_logprobs is not None else None
+            for key, value in self._optimizer_step(batch.select(index), ref).items():
+                totals[key] += value / self.cfg.steps_per_rollout
+        self.version += 1
+        return dict(totals)
+
+    def _optimizer_step(self, mini: TrainBatch, ref_logprobs: torch.Tensor | None) -> dict[str, float]:
+        normalizer = max(mini.num_loss_tokens, 1.0)
+        sums: dict[str, float] = defaultdict(float)
+        micro_size = self.cfg.micro_batch_size
+        for i, micro in enumerate(mini.chunks(micro_size)):
+            logprobs, entropy = forward_logprobs(
+                self.model, micro.input_ids, micro.attention_mask, self.temperature, with_entropy=True
+            )
+            ref = ref_logprobs[i * micro_size : (i + 1) * micro_size] if ref_logprobs is not None else None
+            loss, metrics = self.objective(micro, logprobs, entropy, ref, normalizer)
+            loss.backward()
+            for key, value in metrics.items():
+                sums[key] += float(value)
+        max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
+        sums["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
+        sums["lr"] = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return sums
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The current policy weights (live tensors, detached) for pushing to the engine."""
+        return {k: v.detach() for k, v in self.model.state_dict().items()}
+
+    def export_hf(self, out_dir: str | Path, tokenizer=None) -> Path:
+        """Writes an HF folder (safetensors, config, generation config, tokenizer)."""
+        out_dir = Path(out_dir)
+        self.model.save_pretrained(out_dir)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(out_dir)
+        return out_dir
