@@ -13,6 +13,9 @@ from heron.data.jsonl import load_prompts
 from heron.data.sampler import EpochSampler
 from heron.evaluator import Evaluator
 from heron.records import Prompt
+from heron.config.residency import resolve_offload
+from heron.residency.coordinator import Coordinator
+from heron.residency.wiring import ResidencySettings, attach_residency
 from heron.reward.scorer import RewardScorer
 from heron.rollout.embedded import EmbeddedEngine
 from heron.rollout.generator import RolloutGenerator
@@ -59,6 +62,7 @@ class Components:
     scorer: RewardScorer
     trainer: PolicyTrainer
     evaluator: Evaluator | None
+    residency: Coordinator  # sleep/wake of trainer and engine (issue 3); metrics() per rollout
 
     def advantage_estimator(self):
         return ADVANTAGE_ESTIMATORS[self.cfg.algo.advantage]
@@ -85,6 +89,7 @@ def build_components(cfg: HeronConfig) -> Components:
         temperature=cfg.rollout.temperature,
         reference=load_model(cfg.model.path, cfg.model.dtype) if objective.needs_reference else None,
     )
+    residency = build_residency(cfg, trainer, engine)
     evaluator = None
     if cfg.eval.enabled:
         eval_prompts = load_prompts(cfg.eval.path, cfg.data.prompt_key, cfg.data.label_key)
@@ -100,4 +105,12 @@ def build_components(cfg: HeronConfig) -> Components:
         scorer=scorer,
         trainer=trainer,
         evaluator=evaluator,
+        residency=residency,
     )
+
+
+def build_residency(cfg: HeronConfig, trainer: PolicyTrainer, engine: EmbeddedEngine) -> Coordinator:
+    """Attaches sleep/wake to trainer and engine; offloaded ones rest asleep from here on."""
+    offload_train, offload_rollout = resolve_offload(cfg.colocate, cfg.offload)
+    settings = ResidencySettings(cfg.colocate, offload_train, offload_rollout, cfg.offload.wait_timeout_s)
+    return attach_residency(trainer, engine, settings)

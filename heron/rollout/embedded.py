@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from heron.records import Generation, GenerationRequest
+from heron.residency import Resident, host_only, needs_device
 from heron.rollout.sampling import draw_uniforms, select_tokens
 
 
@@ -87,7 +88,7 @@ def _cache_kwarg(model: torch.nn.Module) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-class EmbeddedEngine:
+class EmbeddedEngine(Resident):
     """``RolloutEngine`` over an in-process HF causal LM (batched, KV-cached, seeded per request).
 
     Example::
@@ -122,13 +123,16 @@ class EmbeddedEngine:
         return cls(model, **kwargs)
 
     @property
+    @host_only
     def policy_version(self) -> int:
         return self._policy_version
 
     @property
+    @host_only
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    @needs_device
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         for index, request in enumerate(requests):
             _validate_request(index, request)
@@ -207,6 +211,7 @@ class EmbeddedEngine:
             for row_tokens, row_logprobs, n, row_stopped in rows
         ]
 
+    @needs_device
     def load_weights(self, state: Mapping[str, torch.Tensor], version: int) -> None:
         """Copies ``state`` into the model's tensors in place (same objects, so references held
         elsewhere stay valid). Keys are the model's ``state_dict`` names; of tied parameters

@@ -2,7 +2,9 @@
 reference model, and turns a ``TrainBatch`` into ``train.steps_per_rollout`` optimizer steps.
 
 It knows nothing about where it runs: devices, offload and distribution are applied from
-outside (residency and cluster layers).
+outside (residency and cluster layers). Each public operation declares what it needs
+(``@needs_device`` wakes the trainer if it sleeps; ``@host_only`` never does): see
+docs/residency.md.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ from pathlib import Path
 import torch
 
 from heron.config.train import TrainConfig
+from heron.residency import Resident, host_only, needs_device
+from heron.residency.snapshot import host_snapshot
 from heron.trainer.batch import TrainBatch
 from heron.trainer.logprobs import forward_logprobs
 from heron.trainer.lr_schedule import build_scheduler
 from heron.trainer.objectives import Objective
 
 
-class PolicyTrainer:
+class PolicyTrainer(Resident):
     def __init__(
         self,
         model: torch.nn.Module,
@@ -45,7 +49,14 @@ class PolicyTrainer:
             schedule=cfg.lr_schedule, min_lr_ratio=cfg.min_lr_ratio,
         )
         self.version = 0  # policy version: number of train() calls applied to the weights
+        self._host_weights = host_snapshot(self.model)  # what weights() hands out; refreshed by train()
 
+    @property
+    @host_only
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @needs_device
     @torch.no_grad()
     def compute_logprobs(self, batch: TrainBatch, *, reference: bool = False) -> torch.Tensor:
         """Logprobs [B, L-1] of the batch under the current (or reference) weights."""
@@ -58,6 +69,7 @@ class PolicyTrainer:
         ]
         return torch.cat(parts) * batch.loss_mask
 
+    @needs_device
     def train(self, batch: TrainBatch) -> dict[str, float]:
         """``steps_per_rollout`` optimizer steps on ``batch``; returns metrics averaged over steps."""
         if self.cfg.recompute_old_logprobs:
@@ -71,6 +83,7 @@ class PolicyTrainer:
             for key, value in self._optimizer_step(batch.select(index), ref).items():
                 totals[key] += value / self.cfg.steps_per_rollout
         self.version += 1
+        self._host_weights = host_snapshot(self.model)
         return dict(totals)
 
     def _optimizer_step(self, mini: TrainBatch, ref_logprobs: torch.Tensor | None) -> dict[str, float]:
@@ -94,10 +107,28 @@ class PolicyTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         return sums
 
+    @host_only
     def weights(self) -> dict[str, torch.Tensor]:
-        """The current policy weights (live tensors, detached) for pushing to the engine."""
-        return {k: v.detach() for k, v in self.model.state_dict().items()}
+        """The current policy weights for pushing to the engine: a host snapshot taken at the
+        end of ``train()``, so handing them out never wakes the trainer. Read-only."""
+        return self._host_weights
 
+    @needs_device
+    def save(self, path: str | Path) -> Path:
+        """Writes model + optimizer state with torch.distributed.checkpoint (sharded-ready;
+        works without a process group). Minimal: heron.checkpoint adds the run state around it.
+        Before the first optimizer step the optimizer has no state and only the model is saved
+        (DCP would otherwise initialise AdamW's state by a zero step, changing the run)."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+        state = {"model": get_model_state_dict(self.model)}
+        if self.optimizer.state:
+            state["optimizer"] = get_optimizer_state_dict(self.model, self.optimizer)
+        dcp.save(state, checkpoint_id=str(path))
+        return Path(path)
+
+    @needs_device
     def export_hf(self, out_dir: str | Path, tokenizer=None) -> Path:
         """Writes an HF folder (safetensors, config, generation config, tokenizer)."""
         out_dir = Path(out_dir)
