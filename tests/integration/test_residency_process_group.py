@@ -1,0 +1,100 @@
+"""Process groups owned by a component are destroyed on sleep and recreated on wake, with
+real gloo groups: one rank in-process (through attach_residency), two ranks in subprocesses."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from heron.residency import ResidencyError, State
+from heron.residency.backend import select_backend
+from heron.residency.process_group import ManagedProcessGroup
+from heron.residency.state import Holdings, Residency
+from heron.residency.wiring import TRAINER_GROUP
+
+
+@pytest.fixture
+def gloo_world(tmp_path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_trainer_group_released_on_sleep_and_recreated_on_wake(gloo_world, make_pair_in_world):
+    pair = make_pair_in_world()
+    residency = pair.trainer.residency
+    managed = residency.holdings.process_groups[TRAINER_GROUP]
+    assert pair.trainer.residency_state is State.ASLEEP and managed.released
+    with pytest.raises(ResidencyError, match="trainer is asleep: its process group 'trainer' is released"):
+        residency.process_group(TRAINER_GROUP)
+    pair.trainer.wake()
+    group = residency.process_group(TRAINER_GROUP)
+    value = torch.ones(3)
+    dist.all_reduce(value, group=group)
+    assert value.tolist() == [1.0, 1.0, 1.0]
+    pair.engine.wake()  # colocated: the trainer sleeps and gives its group back
+    assert managed.released and group not in dist.distributed_c10d._world.pg_names
+
+
+@pytest.fixture
+def make_pair_in_world(toy_model_dir):
+    from heron.config.algo import AlgoConfig
+    from heron.config.train import TrainConfig
+    from heron.residency.wiring import ResidencySettings, attach_residency
+    from heron.rollout.embedded import EmbeddedEngine
+    from heron.trainer.objectives import PolicyObjective
+    from heron.trainer.policy_trainer import PolicyTrainer
+
+    def make():
+        engine = EmbeddedEngine.from_pretrained(toy_model_dir)
+        trainer = PolicyTrainer(EmbeddedEngine.from_pretrained(toy_model_dir).model.train().requires_grad_(True),
+                                TrainConfig(), PolicyObjective(AlgoConfig()), total_steps=10)
+        attach_residency(trainer, engine, ResidencySettings(colocate=True, offload_train=True, offload_rollout=True,
+                                                            process_group_backend="gloo"))
+        return SimpleNamespace(trainer=trainer, engine=engine)
+
+    return make
+
+
+def _rank_main(rank: int, world_size: int, store_path: str, results) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=world_size)
+    try:
+        layer = torch.nn.Linear(4, 4)
+        group = ManagedProcessGroup("trainer", "dp", backend="gloo")
+        residency = Residency(
+            "trainer", Holdings(lambda: {"params": list(layer.parameters())}, [("layer", layer)],
+                                process_groups={"dp": group}),
+            select_backend(torch.device("cpu"), offload=True, tag="trainer"), device="cpu",
+        )
+        sums = []
+        for cycle in range(3):
+            residency.sleep()
+            assert group.released and layer.weight.untyped_storage().nbytes() == 0
+            with residency.resident("all_reduce_step"):
+                value = torch.full((2,), float(rank + cycle))
+                dist.all_reduce(value, group=residency.process_group("dp"))
+                sums.append(value.tolist())
+        results.put((rank, sums))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_ranks_release_and_recreate_their_group_in_lockstep(tmp_path):
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_rank_main, args=(r, 2, str(tmp_path / "store"), results)) for r in range(2)]
+    for p in procs:
+        p.start()
+    outputs = dict(results.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    expected = [[float(1 + 2 * c)] * 2 for c in range(3)]  # rank0 c + rank1 (1 + c)
+    assert outputs == {0: expected, 1: expected}

@@ -1,0 +1,194 @@
+"""The residency state machine on a real trainer + engine pair (toy model): transitions,
+scopes, colocation, guards, in-flight holds, failure."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from heron.records import GenerationRequest, SamplingParams
+from heron.residency import ReleasedMemoryError, ResidencyError, State, host_only
+from heron.residency.errors import ResidencyError as _Base
+
+REQUESTS = [GenerationRequest([5, 6, 7], SamplingParams(max_new_tokens=4, seed=i)) for i in range(3)]
+
+
+def _forward(model):
+    return model(input_ids=torch.tensor([[5, 6, 7]])).logits
+
+
+def test_offloaded_components_rest_asleep_and_hold_no_device_bytes(make_pair):
+    pair = make_pair(colocate=True, offload=True)
+    for component in pair.components.values():
+        assert component.residency_state is State.ASLEEP
+        assert sum(component.memory_report().values()) == 0
+    assert sum(pair.trainer.residency.released_bytes.values()) > 0
+
+
+def test_sleep_and_wake_are_idempotent(make_pair):
+    pair = make_pair(colocate=False, offload=True)
+    engine = pair.engine
+    engine.wake()
+    awake_bytes = sum(engine.memory_report().values())
+    engine.wake()
+    assert engine.residency_state is State.AWAKE and engine.residency.num_transitions == 2  # sleep at attach, wake
+    engine.sleep()
+    engine.sleep()
+    assert engine.residency_state is State.ASLEEP and engine.residency.num_transitions == 3
+    assert sum(engine.memory_report().values()) == 0 and awake_bytes > 0
+
+
+def test_operation_wakes_and_restores_previous_state(make_pair, batch):
+    pair = make_pair(colocate=True, offload=True)
+    pair.trainer.train(batch)
+    assert pair.trainer.residency_state is State.ASLEEP  # was asleep before train
+    pair.trainer.wake()
+    pair.trainer.train(batch)
+    assert pair.trainer.residency_state is State.AWAKE  # was awake before train
+
+
+def test_exception_in_operation_restores_state(make_pair, batch):
+    pair = make_pair(colocate=True, offload=True)
+    with pytest.raises(ValueError, match="request 0"):
+        pair.engine.generate([GenerationRequest([], SamplingParams())])  # invalid: empty prompt
+    assert pair.engine.residency_state is State.ASLEEP
+    assert pair.engine.residency.current_operation() is None
+
+
+def test_colocated_wake_puts_the_other_to_sleep(make_pair):
+    pair = make_pair(colocate=True, offload=True)
+    pair.trainer.wake()
+    pair.engine.wake()
+    assert pair.trainer.residency_state is State.ASLEEP
+    assert pair.coordinator.awake_on("cpu") == ["engine"]
+    pair.engine.generate(REQUESTS)
+    pair.trainer.wake()
+    assert pair.coordinator.awake_on("cpu") == ["trainer"]
+
+
+def test_not_colocated_both_can_be_awake(make_pair):
+    pair = make_pair(colocate=False, offload=True)
+    pair.trainer.wake()
+    pair.engine.wake()
+    assert sorted(pair.coordinator.awake_on("cpu")) == ["engine", "trainer"]
+
+
+def test_nested_wake_of_a_colocated_component_fails_clearly(make_pair, monkeypatch):
+    pair = make_pair(colocate=True, offload=True)
+    original = pair.engine._generate_batch
+
+    def generate_that_wakes_trainer(requests):
+        pair.trainer.wake()
+        return original(requests)
+
+    monkeypatch.setattr(pair.engine, "_generate_batch", generate_that_wakes_trainer)
+    with pytest.raises(ResidencyError, match="engine shares device cpu and is running 'generate'"):
+        pair.engine.generate(REQUESTS)
+    assert pair.engine.residency_state is State.ASLEEP and pair.trainer.residency_state is State.ASLEEP
+
+
+def test_direct_access_while_asleep_raises_our_error_not_a_crash(make_pair):
+    """Without the guard this forward reads 0-byte storages (a segfault on CPU)."""
+    pair = make_pair(colocate=True, offload=True)
+    with pytest.raises(ReleasedMemoryError, match="trainer is asleep .* outside any declared operation"):
+        _forward(pair.trainer.model)
+    with pytest.raises(ReleasedMemoryError, match="engine is asleep"):
+        _forward(pair.engine.model)
+    with pytest.raises(ReleasedMemoryError, match=r"optimizer \(AdamW.step\)"):
+        pair.trainer.optimizer.step()
+    pair.trainer.wake()
+    assert _forward(pair.trainer.model).shape[-1] == pair.trainer.model.config.vocab_size
+
+
+def test_misdeclared_host_only_operation_is_named(make_pair):
+    """A host-only operation that touches device memory anyway: the error names it."""
+    pair = make_pair(colocate=True, offload=True)
+
+    @host_only
+    def peek_logits(trainer):
+        return _forward(trainer.model)
+
+    with pytest.raises(ReleasedMemoryError, match="operation 'peek_logits' touched module 'model'.*@needs_device"):
+        peek_logits(pair.trainer)
+
+
+def test_host_only_weights_never_wake(make_pair, batch):
+    pair = make_pair(colocate=True, offload=True)
+    pair.trainer.train(batch)
+    transitions = pair.trainer.residency.num_transitions
+    weights = pair.trainer.weights()
+    assert pair.trainer.residency.num_transitions == transitions
+    pair.engine.load_weights(weights, pair.trainer.version)
+    pair.trainer.wake()
+    for name, tensor in pair.trainer.model.state_dict().items():
+        assert torch.equal(weights[name], tensor), name
+
+
+def test_sleep_waits_for_in_flight_work(make_pair):
+    pair = make_pair(colocate=True, offload=True)
+    trainer = pair.trainer
+    trainer.wake()
+    hold = trainer.residency.hold("staging")
+    seen = {}
+
+    def stage():
+        time.sleep(0.3)
+        seen["sum"] = float(sum(p.detach().sum() for p in trainer.model.parameters()))  # reads while held
+        hold.release()
+
+    worker = threading.Thread(target=stage)
+    start = time.perf_counter()
+    worker.start()
+    pair.engine.wake()  # puts the trainer to sleep: must wait for the hold
+    worker.join()
+    assert time.perf_counter() - start >= 0.3
+    assert "sum" in seen and trainer.residency_state is State.ASLEEP
+    assert trainer.residency.in_flight() == []
+
+
+def test_hold_must_be_taken_awake_and_sleep_times_out(make_pair):
+    pair = make_pair(colocate=True, offload=True)
+    with pytest.raises(ResidencyError, match="take the hold"):
+        pair.trainer.residency.hold("staging")
+    pair.trainer.wake()
+    pair.trainer.residency.wait_timeout_s = 0.1
+    hold = pair.trainer.residency.hold("stuck staging")
+    with pytest.raises(ResidencyError, match=r"in-flight work .*\(stuck staging\)"):
+        pair.trainer.sleep()
+    assert pair.trainer.residency_state is State.AWAKE  # nothing was released
+    hold.release()
+    pair.trainer.sleep()
+    assert pair.trainer.residency_state is State.ASLEEP
+
+
+def test_failed_transition_is_terminal_and_explained(make_pair, monkeypatch):
+    pair = make_pair(colocate=True, offload=True)
+
+    def broken_restore():
+        raise OSError("host buffer vanished")
+
+    monkeypatch.setattr(pair.engine.residency.backend, "restore", broken_restore)
+    with pytest.raises(ResidencyError, match="engine: waking failed .*host buffer vanished"):
+        pair.engine.generate(REQUESTS)
+    assert pair.engine.residency_state is State.FAILED
+    with pytest.raises(ResidencyError, match="engine failed earlier .*cannot run 'generate'"):
+        pair.engine.generate(REQUESTS)
+
+
+def test_bare_component_runs_directly_and_refuses_sleep(toy_template):
+    from heron.rollout.embedded import EmbeddedEngine
+
+    engine = EmbeddedEngine(toy_template, pad_token_id=toy_template.config.pad_token_id)
+    assert len(engine.generate(REQUESTS)) == 3
+    with pytest.raises(_Base, match="no residency attached"):
+        engine.sleep()
+
+
+def test_reference_model_sleeps_with_the_trainer(make_pair, batch):
+    pair = make_pair(colocate=True, offload=True, kl_coef=0.1)
+    assert pair.trainer.residency.released_bytes["reference"] > 0
+    metrics = pair.trainer.train(batch)
+    assert "kl" in " ".join(metrics) and pair.trainer.residency_state is State.ASLEEP

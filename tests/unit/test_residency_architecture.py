@@ -1,0 +1,45 @@
+"""Every public operation of a resident component declares what it needs (design §3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from heron.residency import Resident, host_only, needs_device, undeclared_operations
+from heron.residency.declare import HOST_ONLY, LIFECYCLE, NEEDS_DEVICE, declared_need, public_operations
+from heron.rollout.embedded import EmbeddedEngine
+from heron.trainer.policy_trainer import PolicyTrainer
+
+
+@pytest.mark.parametrize("component", [PolicyTrainer, EmbeddedEngine])
+def test_every_public_operation_declares_its_needs(component):
+    assert undeclared_operations(component) == []
+
+
+def test_the_check_catches_an_undeclared_method_and_property():
+    class Careless(Resident):
+        @needs_device
+        def train(self): ...
+
+        def save(self): ...
+
+        @property
+        def size(self): ...
+
+        @classmethod
+        def build(cls): ...
+
+    assert undeclared_operations(Careless) == ["save", "size"]
+
+
+def test_declarations_of_the_operations_that_matter():
+    operations = {"trainer": public_operations(PolicyTrainer), "engine": public_operations(EmbeddedEngine)}
+    expected = {
+        ("trainer", "train"): NEEDS_DEVICE, ("trainer", "compute_logprobs"): NEEDS_DEVICE,
+        ("trainer", "save"): NEEDS_DEVICE, ("trainer", "export_hf"): NEEDS_DEVICE,
+        ("trainer", "weights"): HOST_ONLY, ("trainer", "sleep"): LIFECYCLE, ("trainer", "wake"): LIFECYCLE,
+        ("engine", "generate"): NEEDS_DEVICE, ("engine", "load_weights"): NEEDS_DEVICE,
+        ("engine", "policy_version"): HOST_ONLY,
+    }
+    for (component, name), need in expected.items():
+        assert declared_need(operations[component][name]) == need, (component, name)
+    assert host_only  # imported for the public API check above
