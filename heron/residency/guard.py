@@ -1,4 +1,5 @@
-"""Loud failure instead of garbage: while a component is asleep, running any of its modules
+"""Loud failure instead of garbage: while a component is asleep, running any of its modules,
+taking or loading a state dict of a module or optimizer (what checkpointing and export do)
 or stepping its optimizer raises ``ReleasedMemoryError`` naming the component and the
 operation, instead of reading 0-byte storages (a segfault on CPU, "invalid argument" or an
 illegal address on CUDA -- the prior-art crash).
@@ -46,20 +47,23 @@ class SleepGuard:
         for root_name, root in self.modules:
             for name, module in root.named_modules():
                 label = f"module '{root_name}.{name}'" if name else f"module '{root_name}'"
-                self._handles.append(module.register_forward_pre_hook(self._module_hook(label)))
+                refuse = self._refuse(label)
+                self._handles.append(module.register_forward_pre_hook(refuse))
+                self._handles.append(module.register_state_dict_pre_hook(self._refuse(f"the state_dict of {label}")))
+                self._handles.append(module.register_load_state_dict_pre_hook(self._refuse(f"load_state_dict of {label}")))
         for optimizer in self.optimizers:
-            self._handles.append(optimizer.register_step_pre_hook(self._optimizer_hook))
+            label = f"its optimizer ({type(optimizer).__name__}"
+            self._handles.append(optimizer.register_step_pre_hook(self._refuse(f"{label}.step)")))
+            self._handles.append(optimizer.register_state_dict_pre_hook(self._refuse(f"{label}.state_dict)")))
+            self._handles.append(optimizer.register_load_state_dict_pre_hook(self._refuse(f"{label}.load_state_dict)")))
 
     def remove(self) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles = []
 
-    def _module_hook(self, label: str):
-        def hook(module, args):
-            raise ReleasedMemoryError(self.message(label))
+    def _refuse(self, what: str):
+        def hook(*args, **kwargs):
+            raise ReleasedMemoryError(self.message(what))
 
         return hook
-
-    def _optimizer_hook(self, optimizer, args, kwargs):
-        raise ReleasedMemoryError(self.message(f"its optimizer ({type(optimizer).__name__}.step)"))

@@ -103,6 +103,22 @@ def test_direct_access_while_asleep_raises_our_error_not_a_crash(make_pair):
     assert _forward(pair.trainer.model).shape[-1] == pair.trainer.model.config.vocab_size
 
 
+def test_state_dicts_of_an_asleep_component_raise_our_error(make_pair, tmp_path):
+    """What an undeclared checkpoint save would do (the prior-art crash): DCP takes state
+    dicts of the released tensors. Without the guard this segfaults on CPU."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    pair = make_pair(colocate=True, offload=True)
+    with pytest.raises(ReleasedMemoryError, match="trainer is asleep .* the state_dict of module 'model'"):
+        get_model_state_dict(pair.trainer.model)
+    with pytest.raises(ReleasedMemoryError, match=r"AdamW.state_dict\)"):
+        pair.trainer.optimizer.state_dict()
+    with pytest.raises(ReleasedMemoryError, match="load_state_dict of module 'model'"):
+        pair.engine.model.load_state_dict({})
+    pair.trainer.save(tmp_path / "ckpt")  # declared: wakes by itself
+    assert pair.trainer.residency_state is State.ASLEEP
+
+
 def test_misdeclared_host_only_operation_is_named(make_pair):
     """A host-only operation that touches device memory anyway: the error names it."""
     pair = make_pair(colocate=True, offload=True)
