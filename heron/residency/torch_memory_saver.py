@@ -18,6 +18,7 @@ import torch
 import torch_memory_saver
 
 from heron.residency.accounting import TensorInventory, storage_bytes
+from heron.residency.errors import ResidencyError
 
 
 class TorchMemorySaverBackend:
@@ -29,9 +30,21 @@ class TorchMemorySaverBackend:
         self._paused = False
 
     def release(self, inventory: TensorInventory) -> None:
+        """Pauses the region; checks that the device really got about the state's bytes back
+        (tensors allocated outside ``allocation_scope()`` would silently stay)."""
+        state_bytes = sum(storage_bytes(inventory).values())
         torch.cuda.synchronize()
+        free_before = torch.cuda.mem_get_info()[0]
         self._saver.pause(self.tag)
         self._paused = True
+        freed = torch.cuda.mem_get_info()[0] - free_before
+        if freed < state_bytes // 2:
+            self._saver.resume(self.tag)
+            self._paused = False
+            raise ResidencyError(
+                f"torch_memory_saver freed {freed} of {state_bytes} state bytes for '{self.tag}': the state was "
+                f"not allocated inside allocation_scope(); build the component inside it or use host offload"
+            )
 
     def restore(self) -> None:
         self._saver.resume(self.tag)
