@@ -8,12 +8,12 @@ from pathlib import Path
 import torch
 
 from heron.algo.advantages import ADVANTAGE_ESTIMATORS
+from heron.config.residency import resolve_offload
 from heron.config.root import HeronConfig
 from heron.data.jsonl import load_prompts
 from heron.data.sampler import EpochSampler
 from heron.evaluator import Evaluator
 from heron.records import Prompt
-from heron.config.residency import resolve_offload
 from heron.residency.coordinator import Coordinator
 from heron.residency.wiring import ResidencySettings, attach_residency
 from heron.reward.scorer import RewardScorer

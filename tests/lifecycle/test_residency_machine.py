@@ -168,4 +168,4 @@ def test_random_operation_sequences(toy_template, evaluator):
 
 @pytest.mark.slow
 def test_random_operation_sequences_long(toy_template, evaluator):
-    _run(toy_template, evaluator, max_examples=1000, steps=25)
+    _run(toy_template, evaluator, max_examples=500, steps=20)
