@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from heron.config.base import ConfigError
+from heron.errors import UserError
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -38,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except ConfigError as e:
         print(f"heron: config error: {e}", file=sys.stderr)
+        return 2
+    except UserError as e:
+        print(f"heron: error: {e}", file=sys.stderr)
         return 2
 
 
