@@ -13,7 +13,7 @@ from tqdm import tqdm
 from heron.components import check_inputs, load_model, load_tokenizer
 from heron.config.root import HeronConfig
 from heron.config.train import TrainConfig
-from heron.data.jsonl import load_prompts
+from heron.data.dataset import load_prompts
 from heron.data.sampler import EpochSampler
 from heron.records import Prompt, Sample
 from heron.rollout.prompt_format import PromptFormatter
@@ -42,9 +42,9 @@ def run_sft(cfg: HeronConfig, progress: bool = True) -> Path:
     check_inputs(cfg)
     torch.manual_seed(cfg.run.seed)
     tokenizer = load_tokenizer(cfg.model.path)
-    formatter = PromptFormatter(tokenizer)
+    formatter = PromptFormatter(tokenizer, cfg.data.apply_chat_template)
     sampler = EpochSampler(
-        load_prompts(cfg.sft.path or cfg.data.path, cfg.data.prompt_key, cfg.data.label_key), seed=cfg.run.seed
+        load_prompts(cfg.sft.path or cfg.data.path, cfg.data), seed=cfg.run.seed
     )
     train_cfg = TrainConfig(
         lr=cfg.sft.lr, warmup_steps=max(1, cfg.sft.num_steps // 20), lr_schedule="cosine",

@@ -42,7 +42,8 @@ class Tracker:
     def log_eval(self, rollout_id: int, policy_version: int, metrics: dict[str, float]) -> None:
         self.evals.write({"rollout_id": rollout_id, "policy_version": policy_version, **metrics})
         if self.cfg.summary:
-            self.print(f"eval after rollout {rollout_id}: accuracy={metrics['eval/accuracy']:.3f}")
+            accuracies = ", ".join(f"{k[5:]}={v:.3f}" for k, v in metrics.items() if k.endswith("accuracy"))
+            self.print(f"eval after rollout {rollout_id}: {accuracies}")
 
     def print(self, line: str) -> None:
         tqdm.write(line) if self.cfg.progress else print(line, flush=True)
