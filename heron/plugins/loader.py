@@ -73,14 +73,12 @@ def check_hook(point: HookPoint, obj: Any) -> str:
     if point.kind == "class":
         if not inspect.isclass(obj):
             return f"it is a {type(obj).__name__}, this hook point takes a class"
-        problem = _check_call(inspect.signature(point.protocol.__init__), obj.__init__, "__init__")
-        if problem:
-            return problem
-        for method in DATA_SOURCE_METHODS:
+        for method in ("__init__", *DATA_SOURCE_METHODS):
             impl = inspect.getattr_static(obj, method, None)
             if impl is None or not callable(getattr(obj, method)):
                 return f"it has no method {method}()"
-            problem = _check_call(inspect.signature(getattr(point.protocol, method)), getattr(obj, method), method)
+            expected = _drop_self(inspect.signature(getattr(point.protocol, method)))
+            problem = _check_call(expected, getattr(obj, method), method, drop_self=True)
             if problem:
                 return problem
         return ""
@@ -96,12 +94,15 @@ def check_hook(point: HookPoint, obj: Any) -> str:
     return _check_call(_protocol_signature(point), obj, "")
 
 
-def _check_call(expected: inspect.Signature, obj: Any, what: str) -> str:
-    """What keeps ``obj`` from accepting the call shape of ``expected`` ("" when nothing)."""
+def _check_call(expected: inspect.Signature, obj: Any, what: str, drop_self: bool = False) -> str:
+    """What keeps ``obj`` from accepting the call shape of ``expected`` ("" when nothing);
+    ``drop_self``: ``obj`` is a function looked up on a class, its first parameter is self."""
     try:
         found = inspect.signature(obj)
     except (TypeError, ValueError):
         return ""  # not introspectable (some builtins): nothing to check
+    if drop_self:
+        found = _drop_self(found)
     prefix = f"{what}() " if what else ""
     exp_pos = [p.name for p in expected.parameters.values() if p.kind in _POSITIONAL]
     exp_kw = [p.name for p in expected.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY]
@@ -125,9 +126,12 @@ def _check_call(expected: inspect.Signature, obj: Any, what: str) -> str:
     return ""
 
 
+def _drop_self(sig: inspect.Signature) -> inspect.Signature:
+    return sig.replace(parameters=list(sig.parameters.values())[1:])
+
+
 def _protocol_signature(point: HookPoint) -> inspect.Signature:
-    sig = inspect.signature(point.protocol.__call__)
-    return sig.replace(parameters=list(sig.parameters.values())[1:])  # drop self
+    return _drop_self(inspect.signature(point.protocol.__call__))
 
 
 class _Text:
