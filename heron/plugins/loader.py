@@ -165,7 +165,7 @@ def expected_signature(point: HookPoint) -> str:
 def found_signature(obj: Any) -> str:
     name = getattr(obj, "__qualname__", None) or type(obj).__name__
     try:
-        sig = str(inspect.signature(obj))
+        sig = format_signature(inspect.signature(obj))
     except (TypeError, ValueError):
         sig = "(...)"
     if inspect.isclass(obj):
