@@ -8,8 +8,6 @@ import pytest
 
 from heron.toy.addition import make_prompts, write_jsonl
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-
 
 @pytest.fixture(scope="session")
 def addition_data(tmp_path_factory) -> dict[str, Path]:

@@ -2,6 +2,7 @@
 docstring says."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,9 +11,7 @@ from heron.loop import train
 from heron.plugins.loader import load_hook, resolve
 from heron.rl_run import RLRun
 from heron.trainer.batch import collate
-from tests.e2e.conftest import ROOT
-
-EXAMPLES = ROOT / "examples"
+EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
 
 
 def _step(run: RLRun, rollout_id: int = 0):
