@@ -48,9 +48,13 @@ def _load(args):
 
 
 def cmd_train(args) -> int:
+    from heron.plugins.run_hooks import load_run_hooks
+
+    cfg = _load(args)
+    load_run_hooks(cfg)  # a wrong hook fails here, before torch is even imported
     from heron.loop import train
 
-    train(_load(args))
+    train(cfg)
     return 0
 
 

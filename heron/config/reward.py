@@ -22,6 +22,9 @@ class RemoteRewardConfig:
         check(self.backoff_s >= 0, f"reward.remote.backoff_s must be >= 0, got {self.backoff_s}")
 
 
+BUILTIN_REWARD_NAMES = ("exact_match", "numeric_match", "math", "remote")
+
+
 @dataclass(frozen=True)
 class RewardConfig:
     """How samples are scored, and what happens when scoring fails."""
@@ -46,4 +49,8 @@ class RewardConfig:
     def __post_init__(self):
         check(self.timeout_s >= 0, f"reward.timeout_s must be >= 0, got {self.timeout_s}")
         check(self.max_concurrency >= 1, f"reward.max_concurrency must be >= 1, got {self.max_concurrency}")
+        check(
+            self.fn not in BUILTIN_REWARD_NAMES or self.scope == "sample",
+            f"reward.scope={self.scope} applies to hook rewards only; the built-in reward.fn={self.fn} scores per sample",
+        )
         check(self.fn != "remote" or self.remote.url != "", "reward.fn=remote needs reward.remote.url=http://127.0.0.1:<port>/...")

@@ -89,7 +89,7 @@ def test_batch_scope_is_one_call_over_all_samples():
         calls.append(([p.prompt_id for p in prompts], list(responses)))
         return [float(len(r)) for r in responses]
 
-    batch = RewardScorer(batch_fn, RewardConfig(scope="batch"), scope="batch").score(_batch([["a", "bb"], ["ccc"]]))
+    batch = RewardScorer(batch_fn, RewardConfig(fn="x:y", scope="batch"), scope="batch").score(_batch([["a", "bb"], ["ccc"]]))
     assert calls == [([0, 0, 1], ["a", "bb", "ccc"])]
     assert [s.reward for s in batch.samples] == [1.0, 2.0, 3.0]
 
