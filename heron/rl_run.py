@@ -12,6 +12,7 @@ from heron.algo.assign import assign_advantages
 from heron.components import Components, build_components
 from heron.config.base import to_dict
 from heron.config.root import HeronConfig
+from heron.plugins.postprocess import apply_postprocess
 from heron.records import RolloutBatch
 from heron.tracking.tracker import Tracker
 from heron.trainer.batch import collate
@@ -58,8 +59,6 @@ class RLRun:
 
     def postprocess(self, batch: RolloutBatch) -> RolloutBatch:
         """hooks.rollout_data_postprocess(config, rollout_id, rollout_data), if configured."""
-        from heron.plugins.postprocess import apply_postprocess
-
         return apply_postprocess(self.c.hooks.rollout_data_postprocess, self.cfg.hooks, batch)
 
     def train(self, batch: RolloutBatch) -> dict[str, float]:

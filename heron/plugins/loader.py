@@ -52,6 +52,8 @@ def resolve(spec: str, key: str = "hook") -> tuple[Any, str]:
     if module_part.endswith(".py") or "/" in module_part:
         module = _import_file(Path(module_part), spec, key)
     else:
+        if ":" not in spec:  # dotted form: the module is the longest importable prefix (pkg.mod.Class.method)
+            module_part, attr = _longest_module_prefix(module_part, attr)
         try:
             module = importlib.import_module(module_part)
         except Exception as e:  # noqa: BLE001 -- any import failure is the user's to fix
@@ -195,6 +197,19 @@ def _split(spec: str, key: str) -> tuple[str, str]:
             f"or path/to/file.py:function"
         )
     return module_part, attr
+
+
+def _longest_module_prefix(module_part: str, attr: str) -> tuple[str, str]:
+    parts = module_part.split(".")
+    for i in range(len(parts), 0, -1):
+        name = ".".join(parts[:i])
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if found:
+            return name, ".".join(parts[i:] + [attr])
+    return module_part, attr  # nothing importable: the import below reports it
 
 
 def _import_file(path: Path, spec: str, key: str):

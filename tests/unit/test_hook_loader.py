@@ -102,3 +102,47 @@ def test_unloadable_hooks_fail_with_one_line(spec, reason):
 
 def test_missing_attribute_lists_what_the_file_defines():
     assert "it defines: " in _error("reward", f"{VALID}:rewrd") and "reward" in _error("reward", f"{VALID}:rewrd")
+
+
+def test_dotted_path_to_a_method_of_a_class_in_a_module():
+    from heron.data.source import PromptDataSource
+
+    hook = load_hook("data_source", "heron.data.source.PromptDataSource")
+    assert hook is PromptDataSource
+    assert load_hook("data_source", "heron.data.source:PromptDataSource") is PromptDataSource
+
+
+def test_builtin_data_source_fits_its_own_hook_point():
+    from heron.plugins.hooks import HOOK_POINTS
+    from heron.plugins.loader import check_hook
+    from heron.data.source import PromptDataSource
+
+    assert check_hook(HOOK_POINTS["data_source"], PromptDataSource) == ""
+
+
+def test_builtins_fit_the_hook_points_they_stand_in_for():
+    from heron.algo.advantages import ADVANTAGE_ESTIMATORS
+    from heron.algo.policy_loss import POLICY_LOSSES
+    from heron.config.reward import RemoteRewardConfig
+    from heron.plugins.loader import check_hook
+    from heron.reward.builtin import BUILTIN_REWARDS
+    from heron.reward.remote import RemoteReward
+
+    for fn in [*BUILTIN_REWARDS.values(), RemoteReward(RemoteRewardConfig(url="http://127.0.0.1:1/"))]:
+        assert check_hook(HOOK_POINTS["reward"], fn) == ""
+    for fn in ADVANTAGE_ESTIMATORS.values():
+        assert check_hook(HOOK_POINTS["advantage"], fn) == ""
+    for fn in POLICY_LOSSES.values():
+        assert check_hook(HOOK_POINTS["policy_loss"], fn) == ""
+
+
+def test_an_advantage_hook_returning_the_wrong_shape_is_named():
+    import torch
+
+    from heron.algo.assign import assign_advantages
+    from heron.records import Group, Prompt, RolloutBatch, Sample
+
+    samples = [Sample(0, 0, i, 0, [1], [2], [0.0], [1], "x", "stop", reward=float(i)) for i in range(3)]
+    batch = RolloutBatch(0, 0, [Group(Prompt(0, "q", "a"), samples)])
+    with pytest.raises(ValueError, match=r"returned \(1, 2\) for rewards of shape \(1, 3\)"):
+        assign_advantages(batch, lambda rewards: torch.zeros(1, 2))
