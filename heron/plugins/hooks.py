@@ -125,7 +125,7 @@ HOOK_POINTS: dict[str, HookPoint] = {
                 "In the generate step, once per sample (rollout.samples_per_prompt per prompt), instead of the "
                 "built-in single-turn sampling. May be multi-turn: call ctx.generate() several times and append "
                 "tool/environment tokens with loss_mask 0 (only policy tokens get loss_mask 1). Async hooks of one "
-                "rollout run concurrently."
+                "rollout run concurrently and their ctx.agenerate() calls are decoded as one engine batch per turn."
             ),
             example="""\
 def generate(ctx, prompt, sample_index):
@@ -141,7 +141,8 @@ def generate(ctx, prompt, sample_index):
             asyncness="either",
             when=(
                 "In the generate step, once per prompt; returns the whole group (exactly "
-                "ctx.samples_per_prompt samples, sample_index 0..n-1), e.g. to share a prefix or search."
+                "ctx.samples_per_prompt samples, sample_index 0..n-1), e.g. to share a prefix or search. Async "
+                "hooks run concurrently, as for generate_sample."
             ),
             example="""\
 def generate(ctx, prompt):

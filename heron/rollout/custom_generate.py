@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from heron.records import Group, Prompt, Sample
 from heron.rollout.generate_context import GenerateContext
+from heron.rollout.turn_batcher import TurnBatcher
 
 
 class HookOutputError(RuntimeError):
@@ -26,17 +27,25 @@ class CustomGenerate:
 
     def groups(self, ctx: GenerateContext, prompts: list[Prompt]) -> list[Group]:
         calls = self._calls(ctx, prompts)
-        if self.is_async:
-            async def run_all():
-                return await asyncio.gather(*(self.fn(*args) for args in calls))
-
-            results = asyncio.run(run_all())
-        else:
-            results = [self.fn(*args) for args in calls]
+        results = self._run_async(ctx, calls) if self.is_async else [self.fn(*args) for args in calls]
         n = ctx.samples_per_prompt
         if self.scope == "sample":
             results = [results[k * n : (k + 1) * n] for k in range(len(prompts))]
         return [Group(prompt=p, samples=self._check(ctx, p, samples)) for p, samples in zip(prompts, results)]
+
+    def _run_async(self, ctx: GenerateContext, calls: list[tuple]) -> list[Any]:
+        async def run_all():
+            ctx.batcher = TurnBatcher(ctx.engine, len(calls))
+
+            async def one(args):
+                try:
+                    return await self.fn(*args)
+                finally:
+                    ctx.batcher.task_done()
+
+            return await asyncio.gather(*(one(args) for args in calls))
+
+        return asyncio.run(run_all())
 
     def _calls(self, ctx: GenerateContext, prompts: list[Prompt]) -> list[tuple]:
         if self.scope == "group":

@@ -18,6 +18,7 @@ from heron.config.rollout import RolloutConfig
 from heron.records import FinishReason, Generation, GenerationRequest, Prompt, Sample, SamplingParams
 from heron.rollout.engine import RolloutEngine
 from heron.rollout.prompt_format import PromptFormatter
+from heron.rollout.turn_batcher import TurnBatcher
 from heron.seeding import derive_seed
 
 
@@ -30,6 +31,7 @@ class GenerateContext:
     seed: int  # run.seed
     stop_token_ids: tuple[int, ...]
     args: dict[str, Any] = field(default_factory=dict)  # hooks.args
+    batcher: TurnBatcher | None = None  # set while async hooks run: batches their agenerate calls
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -66,8 +68,11 @@ class GenerateContext:
             return self.engine.generate([GenerationRequest(list(tokens), params)])[0]
 
     async def agenerate(self, tokens: list[int], params: SamplingParams) -> Generation:
-        """``generate`` for async hooks: runs the engine call off the event loop."""
-        return await asyncio.to_thread(self.generate, tokens, params)
+        """``generate`` for async hooks: concurrent calls of one rollout are decoded as one
+        engine batch (``heron.rollout.turn_batcher``)."""
+        if self.batcher is None:
+            return await asyncio.to_thread(self.generate, tokens, params)
+        return await self.batcher.generate(GenerationRequest(list(tokens), params))
 
     def make_sample(
         self, prompt: Prompt, sample_index: int, prompt_tokens: list[int], response_tokens: list[int],

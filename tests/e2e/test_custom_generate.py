@@ -47,3 +47,20 @@ def test_scope_mismatch_is_caught_at_load(run_config):
     cfg = run_config(f"hooks.generate={SPIES}:generate", "hooks.generate_scope=group")
     with pytest.raises(HookError, match=r"^hooks.generate \(hooks.generate_scope=group\): .*requires 3 positional parameters, heron passes 2 \(ctx, prompt\)"):
         RLRun(cfg)
+
+
+def test_async_hooks_share_one_engine_batch_per_turn(run_config):
+    cfg = run_config(f"hooks.generate={SPIES}:async_two_turns")  # 2 prompts x 3 samples
+    with RLRun(cfg) as run:
+        sizes = []
+        engine_generate = run.c.engine.generate
+
+        def counting(requests):
+            sizes.append(len(requests))
+            return engine_generate(requests)
+
+        run.c.engine.generate = counting
+        batch = run.generate(0)
+    # turn 1: all 6 samples in one call; turn 2: the 4 samples with sample_index > 0
+    assert sizes == [6, 4]
+    assert [s.loss_mask.count(0) > 0 for s in batch.samples] == [False, True, True] * 2
