@@ -12,7 +12,7 @@ from heron.algo.assign import assign_advantages
 from heron.components import Components, build_components
 from heron.config.base import to_dict
 from heron.config.root import HeronConfig
-from heron.plugins.postprocess import apply_postprocess
+from heron.plugins.postprocess import apply_postprocess, checked_prompts
 from heron.records import RolloutBatch
 from heron.tracking.tracker import Tracker
 from heron.trainer.batch import collate
@@ -47,7 +47,7 @@ class RLRun:
     def generate(self, rollout_id: int) -> RolloutBatch:
         self.timings = {"_start": time.perf_counter()}
         with self._timed("generate"):
-            prompts = self.c.sampler.get_samples(self.cfg.rollout.batch_size)
+            prompts = checked_prompts(self.c.sampler.get_samples(self.cfg.rollout.batch_size), self.cfg)
             return self.c.generator.generate(rollout_id, prompts)
 
     def reward(self, batch: RolloutBatch) -> RolloutBatch:

@@ -1,11 +1,12 @@
-"""Applies the rollout-data post-process hook and checks what it hands back."""
+"""Applies the rollout-data post-process hook, and checks what hooks hand back to the loop."""
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from heron.config.hooks import HooksConfig
-from heron.records import RolloutBatch
+from heron.config.root import HeronConfig
+from heron.records import Prompt, RolloutBatch
 from heron.rollout.custom_generate import HookOutputError
 
 
@@ -29,3 +30,15 @@ def apply_postprocess(fn: Callable[..., Any] | None, config: HooksConfig, batch:
     if missing:
         raise HookOutputError(f"hooks.rollout_data_postprocess {name!r} left samples without reward/advantage: {missing[:4]}")
     return out
+
+
+def checked_prompts(prompts: Any, cfg: HeronConfig) -> list[Prompt]:
+    """The data source's answer to get_samples(rollout.batch_size): exactly that many Prompts."""
+    n = cfg.rollout.batch_size
+    if not isinstance(prompts, list) or len(prompts) != n or not all(isinstance(p, Prompt) for p in prompts):
+        found = f"{len(prompts)} items" if isinstance(prompts, list) else type(prompts).__name__
+        raise HookOutputError(
+            f"data source {cfg.hooks.data_source or 'PromptDataSource'!r}: get_samples({n}) returned {found}, "
+            f"expected a list of {n} Prompt records"
+        )
+    return prompts

@@ -64,3 +64,12 @@ def test_async_hooks_share_one_engine_batch_per_turn(run_config):
     # turn 1: all 6 samples in one call; turn 2: the 4 samples with sample_index > 0
     assert sizes == [6, 4]
     assert [s.loss_mask.count(0) > 0 for s in batch.samples] == [False, True, True] * 2
+
+
+def test_data_source_returning_too_few_prompts_is_named(run_config):
+    from heron.plugins.loader import resolve
+
+    resolve(f"{SPIES}:reset")[0]()
+    with RLRun(run_config(f"hooks.data_source={SPIES}:ShortSource")) as run:
+        with pytest.raises(HookOutputError, match=r"get_samples\(2\) returned 1 items, expected a list of 2 Prompt records"):
+            run.generate(0)

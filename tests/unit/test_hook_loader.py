@@ -88,16 +88,18 @@ def test_expected_signature_in_the_error_is_the_documented_one():
     [
         (f"{HOOKS}/missing.py:f", "does not exist"),
         (f"{VALID}:no_such_function", "has no attribute 'no_such_function'"),
-        (f"{HOOKS}/broken_import.py:f", "raised RuntimeError: this hook module fails to import"),
-        (f"{HOOKS}/syntax_error.py:reward", "raised SyntaxError"),
+        ("{tmp}/broken_import.py:f", "raised RuntimeError: this hook module fails to import"),
+        ("{tmp}/syntax_error.py:reward", "raised SyntaxError: '(' was never closed (line 1)"),
         ("no_such_package.module:f", "ModuleNotFoundError"),
         ("heron.algo.policy_loss:nothing_here", "has no attribute 'nothing_here'"),
         ("just_a_name", "is not a hook path"),
         (f"{VALID}", "is not a hook path"),
     ],
 )
-def test_unloadable_hooks_fail_with_one_line(spec, reason):
-    assert reason in _error("reward", spec)
+def test_unloadable_hooks_fail_with_one_line(tmp_path, spec, reason):
+    (tmp_path / "broken_import.py").write_text('raise RuntimeError("this hook module fails to import")\n')
+    (tmp_path / "syntax_error.py").write_text("def reward(prompt, response:\n    return 1\n")
+    assert reason in _error("reward", spec.format(tmp=tmp_path))
 
 
 def test_missing_attribute_lists_what_the_file_defines():
