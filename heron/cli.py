@@ -52,9 +52,13 @@ def _load(args):
 
 
 def cmd_train(args) -> int:
+    from heron.plugins.run_hooks import load_run_hooks
+
+    cfg = _load(args)
+    load_run_hooks(cfg)  # a wrong hook fails here, before torch is even imported
     from heron.loop import train
 
-    train(_load(args))
+    train(cfg)
     return 0
 
 
@@ -68,8 +72,11 @@ def cmd_sft(args) -> int:
 def cmd_check(args) -> int:
     from heron.components import check_inputs
 
+    from heron.plugins.run_hooks import load_run_hooks
+
     cfg = _load(args)
     check_inputs(cfg)
+    load_run_hooks(cfg)
     print(f"config ok: {cfg.rollout.num_rollouts} rollouts x {cfg.rollout.num_samples} samples -> {cfg.run.dir}")
     return 0
 

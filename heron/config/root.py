@@ -8,6 +8,7 @@ from heron.config.algo import AlgoConfig
 from heron.config.base import apply_overrides, build, check, doc, load_yaml
 from heron.config.data import DataConfig
 from heron.config.eval import EvalConfig
+from heron.config.hooks import HooksConfig
 from heron.config.model import ModelConfig
 from heron.config.reward import RewardConfig
 from heron.config.rollout import RolloutConfig
@@ -31,8 +32,13 @@ class HeronConfig:
     eval: EvalConfig = doc("Held-out evaluation.", factory=EvalConfig)
     sft: SFTConfig = doc("Supervised warm start (heron sft).", factory=SFTConfig)
     tracking: TrackingConfig = doc("Progress, summaries, metrics, plots.", factory=TrackingConfig)
+    hooks: HooksConfig = doc("User hooks: generate, post-process, advantage, loss, data source.", factory=HooksConfig)
 
     def __post_init__(self):
+        check(
+            self.data.path != "" or self.hooks.data_source != "",
+            "data.path is required: set data.path=<prompts.jsonl|.parquet|hf folder> (or hooks.data_source)",
+        )
         mini = self.rollout.num_samples // self.train.steps_per_rollout
         check(
             self.rollout.num_samples % self.train.steps_per_rollout == 0,
