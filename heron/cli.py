@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from heron.config.base import ConfigError
+from heron.errors import UserError
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -39,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"heron: config error: {e}", file=sys.stderr)
         return 2
+    except UserError as e:
+        print(f"heron: error: {e}", file=sys.stderr)
+        return 2
 
 
 def _load(args):
@@ -48,9 +52,13 @@ def _load(args):
 
 
 def cmd_train(args) -> int:
+    from heron.plugins.run_hooks import load_run_hooks
+
+    cfg = _load(args)
+    load_run_hooks(cfg)  # a wrong hook fails here, before torch is even imported
     from heron.loop import train
 
-    train(_load(args))
+    train(cfg)
     return 0
 
 
@@ -64,8 +72,11 @@ def cmd_sft(args) -> int:
 def cmd_check(args) -> int:
     from heron.components import check_inputs
 
+    from heron.plugins.run_hooks import load_run_hooks
+
     cfg = _load(args)
     check_inputs(cfg)
+    load_run_hooks(cfg)
     print(f"config ok: {cfg.rollout.num_rollouts} rollouts x {cfg.rollout.num_samples} samples -> {cfg.run.dir}")
     return 0
 

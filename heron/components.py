@@ -10,10 +10,11 @@ import torch
 from heron.algo.advantages import ADVANTAGE_ESTIMATORS
 from heron.config.residency import resolve_offload
 from heron.config.root import HeronConfig
-from heron.data.jsonl import load_prompts
-from heron.data.sampler import EpochSampler
-from heron.evaluator import Evaluator
-from heron.records import Prompt
+from heron.data.dataset import load_prompts
+from heron.data.source import PromptDataSource
+from heron.evaluator import EvalSuite, Evaluator
+from heron.plugins.hooks import DataSource
+from heron.plugins.run_hooks import RunHooks, load_run_hooks
 from heron.residency.coordinator import Coordinator
 from heron.residency.wiring import ResidencySettings, attach_residency
 from heron.reward.scorer import RewardScorer
@@ -47,8 +48,9 @@ def check_inputs(cfg: HeronConfig) -> None:
 
     if not (Path(cfg.model.path) / "config.json").is_file():
         raise ConfigError(f"model.path '{cfg.model.path}' is not an HF model folder (no config.json)")
-    for key, path in (("data.path", cfg.data.path), ("eval.path", cfg.eval.path)):
-        if path and not Path(path).is_file():
+    paths = [("data.path", cfg.data.path)] + [(f"eval.sets.{k}" if k else "eval.path", v) for k, v in cfg.eval.named_paths.items()]
+    for key, path in paths:
+        if path and not Path(path).exists():
             raise ConfigError(f"{key} '{path}' does not exist")
 
 
@@ -56,31 +58,34 @@ def check_inputs(cfg: HeronConfig) -> None:
 class Components:
     cfg: HeronConfig
     tokenizer: object
-    sampler: EpochSampler[Prompt]
+    sampler: DataSource  # the data source (hooks.data_source or the built-in PromptDataSource)
     generator: RolloutGenerator
     engine: EmbeddedEngine
     scorer: RewardScorer
     trainer: PolicyTrainer
-    evaluator: Evaluator | None
+    evaluator: EvalSuite | None
+    hooks: RunHooks
     residency: Coordinator  # sleep/wake of trainer and engine (issue 3); metrics() per rollout
 
     def advantage_estimator(self):
-        return ADVANTAGE_ESTIMATORS[self.cfg.algo.advantage]
+        return self.hooks.advantage or ADVANTAGE_ESTIMATORS[self.cfg.algo.advantage]
 
 
 def build_components(cfg: HeronConfig) -> Components:
     check_inputs(cfg)
+    hooks = load_run_hooks(cfg)  # user code is loaded and checked before anything heavy
+    data_source = (hooks.data_source or PromptDataSource)(cfg.data, cfg.run.seed)
+    eval_sets = {name: load_prompts(path, cfg.data) for name, path in cfg.eval.named_paths.items()} if cfg.eval.enabled else {}
     torch.manual_seed(cfg.run.seed)
     tokenizer = load_tokenizer(cfg.model.path)
-    formatter = PromptFormatter(tokenizer)
-    prompts = load_prompts(cfg.data.path, cfg.data.prompt_key, cfg.data.label_key)
-    scorer = RewardScorer.from_name(cfg.reward.fn)
+    formatter = PromptFormatter(tokenizer, cfg.data.apply_chat_template)
+    scorer = RewardScorer(hooks.reward_fn, cfg.reward, hooks.reward_scope)
     engine = EmbeddedEngine(
         load_model(cfg.model.path, cfg.model.dtype).eval().requires_grad_(False),
         pad_token_id=tokenizer.pad_token_id,
         max_batch_size=cfg.rollout.max_batch_size,
     )
-    objective = PolicyObjective(cfg.algo)
+    objective = PolicyObjective(cfg.algo, policy_loss=hooks.policy_loss)
     trainer = PolicyTrainer(
         load_model(cfg.model.path, cfg.model.dtype),
         cfg.train,
@@ -90,21 +95,22 @@ def build_components(cfg: HeronConfig) -> Components:
         reference=load_model(cfg.model.path, cfg.model.dtype) if objective.needs_reference else None,
     )
     residency = build_residency(cfg, trainer, engine)
-    evaluator = None
-    if cfg.eval.enabled:
-        eval_prompts = load_prompts(cfg.eval.path, cfg.data.prompt_key, cfg.data.label_key)
-        if cfg.eval.max_prompts:
-            eval_prompts = eval_prompts[: cfg.eval.max_prompts]
-        evaluator = Evaluator(eval_prompts, formatter, scorer.fn, cfg.eval.max_new_tokens)
+    evaluators = [
+        Evaluator(prompts[: cfg.eval.max_prompts or None], formatter, scorer, cfg.eval.max_new_tokens, name=name)
+        for name, prompts in eval_sets.items()
+    ]
     return Components(
         cfg=cfg,
         tokenizer=tokenizer,
-        sampler=EpochSampler(prompts, seed=cfg.run.seed, shuffle=cfg.data.shuffle),
-        generator=RolloutGenerator(engine, formatter, cfg.rollout, cfg.run.seed),
+        sampler=data_source,
+        generator=RolloutGenerator(
+            engine, formatter, cfg.rollout, cfg.run.seed, custom=hooks.custom_generate(cfg), hook_args=cfg.hooks.args
+        ),
         engine=engine,
         scorer=scorer,
         trainer=trainer,
-        evaluator=evaluator,
+        evaluator=EvalSuite(evaluators) if evaluators else None,
+        hooks=hooks,
         residency=residency,
     )
 

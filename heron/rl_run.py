@@ -12,6 +12,7 @@ from heron.algo.assign import assign_advantages
 from heron.components import Components, build_components
 from heron.config.base import to_dict
 from heron.config.root import HeronConfig
+from heron.plugins.postprocess import apply_postprocess, checked_prompts
 from heron.records import RolloutBatch
 from heron.tracking.tracker import Tracker
 from heron.trainer.batch import collate
@@ -46,7 +47,7 @@ class RLRun:
     def generate(self, rollout_id: int) -> RolloutBatch:
         self.timings = {"_start": time.perf_counter()}
         with self._timed("generate"):
-            prompts = self.c.sampler.take(self.cfg.rollout.batch_size)
+            prompts = checked_prompts(self.c.sampler.get_samples(self.cfg.rollout.batch_size), self.cfg)
             return self.c.generator.generate(rollout_id, prompts)
 
     def reward(self, batch: RolloutBatch) -> RolloutBatch:
@@ -55,6 +56,10 @@ class RLRun:
 
     def advantages(self, batch: RolloutBatch) -> RolloutBatch:
         return assign_advantages(batch, self.c.advantage_estimator())
+
+    def postprocess(self, batch: RolloutBatch) -> RolloutBatch:
+        """hooks.rollout_data_postprocess(config, rollout_id, rollout_data), if configured."""
+        return apply_postprocess(self.c.hooks.rollout_data_postprocess, self.cfg.hooks, batch)
 
     def train(self, batch: RolloutBatch) -> dict[str, float]:
         with self._timed("train"):
@@ -87,6 +92,7 @@ class RLRun:
             "reward/std": statistics.pstdev(rewards),
             "response/length_mean": statistics.fmean(lengths),
             "response/truncated_fraction": statistics.fmean(s.finish_reason == "length" for s in batch.samples),
+            **self.c.scorer.metrics(),
             **{f"train/{k}": v for k, v in train_metrics.items()},
             **eval_metrics,
             **{k: v for k, v in self.timings.items() if not k.startswith("_")},

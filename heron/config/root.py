@@ -8,6 +8,7 @@ from heron.config.algo import AlgoConfig
 from heron.config.base import apply_overrides, build, check, doc, load_yaml
 from heron.config.data import DataConfig
 from heron.config.eval import EvalConfig
+from heron.config.hooks import HooksConfig
 from heron.config.model import ModelConfig
 from heron.config.residency import OffloadConfig, resolve_offload
 from heron.config.reward import RewardConfig
@@ -32,12 +33,18 @@ class HeronConfig:
     eval: EvalConfig = doc("Held-out evaluation.", factory=EvalConfig)
     sft: SFTConfig = doc("Supervised warm start (heron sft).", factory=SFTConfig)
     tracking: TrackingConfig = doc("Progress, summaries, metrics, plots.", factory=TrackingConfig)
+    hooks: HooksConfig = doc("User hooks: generate, post-process, advantage, loss, data source.", factory=HooksConfig)
+
     # --- residency (issue 3) ---
     colocate: bool = doc("Trainer and rollout engine share one device and take turns (the idle one sleeps).", False)
     offload: OffloadConfig = doc("Which components release device memory when idle.", factory=OffloadConfig)
 
     def __post_init__(self):
         resolve_offload(self.colocate, self.offload)  # residency (issue 3): colocate needs offload
+        check(
+            self.data.path != "" or self.hooks.data_source != "",
+            "data.path is required: set data.path=<prompts.jsonl|.parquet|hf folder> (or hooks.data_source)",
+        )
         mini = self.rollout.num_samples // self.train.steps_per_rollout
         check(
             self.rollout.num_samples % self.train.steps_per_rollout == 0,

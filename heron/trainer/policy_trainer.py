@@ -49,7 +49,7 @@ class PolicyTrainer(Resident):
             schedule=cfg.lr_schedule, min_lr_ratio=cfg.min_lr_ratio,
         )
         self.version = 0  # policy version: number of train() calls applied to the weights
-        self._host_weights = host_snapshot(self.model)  # what weights() hands out; refreshed by train()
+        self._publish_weights()
 
     @property
     @host_only
@@ -83,8 +83,14 @@ class PolicyTrainer(Resident):
             for key, value in self._optimizer_step(batch.select(index), ref).items():
                 totals[key] += value / self.cfg.steps_per_rollout
         self.version += 1
-        self._host_weights = host_snapshot(self.model)
+        self._publish_weights()
         return dict(totals)
+
+    def _publish_weights(self) -> None:
+        """Refreshes the host snapshot ``weights()`` hands out. Every operation that changes the
+        weights or ``version`` (train, loading a checkpoint) must end with it."""
+        self._host_weights = host_snapshot(self.model)
+        self._host_weights_version = self.version
 
     def _optimizer_step(self, mini: TrainBatch, ref_logprobs: torch.Tensor | None) -> dict[str, float]:
         normalizer = max(mini.num_loss_tokens, 1.0)
@@ -111,22 +117,20 @@ class PolicyTrainer(Resident):
     def weights(self) -> dict[str, torch.Tensor]:
         """The current policy weights for pushing to the engine: a host snapshot taken at the
         end of ``train()``, so handing them out never wakes the trainer. Read-only."""
+        if self._host_weights_version != self.version:
+            raise RuntimeError(
+                f"the host snapshot of the weights is of version {self._host_weights_version} but the trainer is at "
+                f"{self.version}: the operation that changed them must call _publish_weights()"
+            )
         return self._host_weights
 
     @needs_device
     def save(self, path: str | Path) -> Path:
-        """Writes model + optimizer state with torch.distributed.checkpoint (sharded-ready;
-        works without a process group). Minimal: heron.checkpoint adds the run state around it.
-        Before the first optimizer step the optimizer has no state and only the model is saved
-        (DCP would otherwise initialise AdamW's state by a zero step, changing the run)."""
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+        """Writes model + optimizer state (torch.distributed.checkpoint) to the folder ``path``.
+        Minimal: heron.checkpoint adds the run state around it."""
+        from heron.checkpoint.dcp_model_optimizer import save_model_and_optimizer
 
-        state = {"model": get_model_state_dict(self.model)}
-        if self.optimizer.state:
-            state["optimizer"] = get_optimizer_state_dict(self.model, self.optimizer)
-        dcp.save(state, checkpoint_id=str(path))
-        return Path(path)
+        return save_model_and_optimizer(self.model, self.optimizer, path)
 
     @needs_device
     def export_hf(self, out_dir: str | Path, tokenizer=None) -> Path:

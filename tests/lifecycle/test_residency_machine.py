@@ -151,7 +151,7 @@ def evaluator(toy_model_dir):
     from heron.toy.addition import make_prompts
 
     return Evaluator(make_prompts(3, seed=1, max_digits=2), PromptFormatter(load_tokenizer(str(toy_model_dir))),
-                     RewardScorer.from_name("exact_match").fn, max_new_tokens=4)
+                     RewardScorer.from_name("exact_match"), max_new_tokens=4)
 
 
 def _run(template, evaluator, max_examples: int, steps: int):
