@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from heron.config.algo import AlgoConfig
 from heron.config.base import apply_overrides, build, check, doc, load_yaml
+from heron.config.checkpoint import CheckpointConfig
 from heron.config.data import DataConfig
 from heron.config.eval import EvalConfig
 from heron.config.model import ModelConfig
@@ -31,6 +32,7 @@ class HeronConfig:
     eval: EvalConfig = doc("Held-out evaluation.", factory=EvalConfig)
     sft: SFTConfig = doc("Supervised warm start (heron sft).", factory=SFTConfig)
     tracking: TrackingConfig = doc("Progress, summaries, metrics, plots.", factory=TrackingConfig)
+    checkpoint: CheckpointConfig = doc("Saving, resuming and HF export.", factory=CheckpointConfig)
 
     def __post_init__(self):
         mini = self.rollout.num_samples // self.train.steps_per_rollout
