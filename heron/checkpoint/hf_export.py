@@ -25,6 +25,8 @@ WEIGHTS = "model.safetensors"
 
 def write_hf_meta(folder: Path, model: torch.nn.Module, tokenizer=None) -> None:
     """Writes config, generation config and tokenizer of ``model`` into ``folder``."""
+    if not hasattr(getattr(model, "config", None), "save_pretrained"):
+        return  # not an HF model: the checkpoint cannot be exported, everything else works
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     model.config.save_pretrained(folder)

@@ -48,10 +48,10 @@ def check_fits(checkpoint: Checkpoint, model, optimizer, config_dict: dict) -> N
     saved = checkpoint.state.get("fingerprint")
     if not isinstance(saved, dict) or not {"config", "model", "optimizer"} <= set(saved):
         raise CheckpointError(f"checkpoint {checkpoint.path} is corrupt: state.json has no fingerprint")
-    check_config(checkpoint.name, saved["config"], config_fingerprint(config_dict))
     live = live_state(model, optimizer)
     check_model(checkpoint.name, saved["model"], model_fingerprint(live["model"]))
     check_optimizer(checkpoint.name, saved["optimizer"], optimizer_fingerprint(optimizer, live["optimizer"]))
+    check_config(checkpoint.name, saved["config"], config_fingerprint(config_dict))
 
 
 def guard_run_dir(run_dir: Path) -> None:
