@@ -17,7 +17,10 @@ Hazards:
 from __future__ import annotations
 
 import copy
+import io
 import warnings
+import zlib
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +33,12 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
+from torch.distributed.checkpoint.filesystem import FileSystem
 
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
 
 DCP_FOLDER = "dcp"
+WRITE_THREADS = 2  # measured: 2 threads ~1.6x faster than 1 on this machine; 4 no better
 
 
 def live_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
@@ -44,35 +49,109 @@ def live_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) 
     return state
 
 
-def stage(state: Any) -> Any:
+def stage(state: Any, buffers: dict | None = None) -> Any:
     """A host copy of ``state`` (tensors copied, pinned when CUDA is present; the rest deep-copied)
-    that training can no longer change. Tensors that share storage stay shared in the copy."""
+    that training can no longer change. Tensors that share storage stay shared in the copy.
+
+    ``buffers`` (kept by the caller across saves) reuses the host tensors of the previous
+    staging when shapes match: copying into warm memory is several times faster than into
+    fresh pages, at the price of holding one host copy of the state for the whole run."""
     memo: dict[tuple, torch.Tensor] = {}
+    buffers = {} if buffers is None else buffers
     pin = torch.cuda.is_available()
 
-    def copy_tensor(t: torch.Tensor) -> torch.Tensor:
+    def copy_tensor(path: str, t: torch.Tensor) -> torch.Tensor:
         key = (t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride()))  # tied tensors: one copy
         if key not in memo:
-            host = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=pin)
+            host = buffers.get(path)
+            if host is None or host.shape != t.shape or host.dtype != t.dtype:
+                host = buffers[path] = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=pin)
             memo[key] = host.copy_(t.detach())
         return memo[key]
 
-    def walk(node: Any) -> Any:
+    def walk(path: str, node: Any) -> Any:
         if isinstance(node, torch.Tensor):
-            return copy_tensor(node)
+            return copy_tensor(path, node)
         if isinstance(node, dict):
-            return {k: walk(v) for k, v in node.items()}
+            return {k: walk(f"{path}/{k}", v) for k, v in node.items()}
         if isinstance(node, (list, tuple)):
-            return type(node)(walk(v) for v in node)
+            return type(node)(walk(f"{path}/{i}", v) for i, v in enumerate(node))
         return copy.deepcopy(node)
 
-    return walk(state)
+    return walk("", state)
 
 
-def save(state: dict[str, Any], folder: Path, process_group: dist.ProcessGroup | None = None) -> None:
-    """Writes ``state`` as DCP files into ``folder/dcp`` with every file fsync'd."""
-    writer = dcp.FileSystemWriter(str(Path(folder) / DCP_FOLDER), sync_files=True)
-    dcp.save(state, storage_writer=writer, process_group=process_group, no_dist=process_group is None)
+@contextmanager
+def _without_torch_record_crc():
+    """torch.save computes a crc32 per zip record (~40% of DCP's save time here); heron's
+    manifest already checksums every file, so the second checksum is skipped while DCP writes.
+    The flag is process-global: a torch.save in another thread meanwhile also skips it."""
+    previous = torch.serialization.get_crc32_options()
+    torch.serialization.set_crc32_options(False)
+    try:
+        yield
+    finally:
+        torch.serialization.set_crc32_options(previous)
+
+
+class _Crc32Writer(io.IOBase):
+    """A write-only file wrapper that keeps the crc32 of every byte written through it."""
+
+    def __init__(self, raw):
+        self._raw = raw
+        self.crc32 = 0
+
+    def write(self, data) -> int:
+        self.crc32 = zlib.crc32(data, self.crc32)  # releases the GIL on large buffers
+        return self._raw.write(data)
+
+    def tell(self) -> int:
+        return self._raw.tell()
+
+    def flush(self) -> None:
+        if not self._raw.closed:
+            self._raw.flush()
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+
+class _ChecksummingFileSystem(FileSystem):
+    """DCP's local file system, plus the crc32 of every file it writes, computed on the way
+    out: the manifest needs no second pass over the bytes (~0.2 s per 300 MB here)."""
+
+    def __init__(self):
+        super().__init__()
+        self.checksums: dict[str, str] = {}
+
+    @contextmanager
+    def create_stream(self, path, mode: str):
+        if "w" not in mode:
+            with super().create_stream(path, mode) as stream:
+                yield stream
+            return
+        with Path(path).open(mode) as raw:
+            stream = _Crc32Writer(raw)
+            yield stream
+        self.checksums[str(Path(path))] = f"{stream.crc32:08x}"
+
+    def rename(self, path, new_path) -> None:
+        super().rename(path, new_path)
+        if str(Path(path)) in self.checksums:
+            self.checksums[str(Path(new_path))] = self.checksums.pop(str(Path(path)))
+
+
+def save(state: dict[str, Any], folder: Path, process_group: dist.ProcessGroup | None = None) -> dict[str, str]:
+    """Writes ``state`` as DCP files into ``folder/dcp`` with every file fsync'd, with
+    ``WRITE_THREADS`` files written in parallel (per rank). Returns {path: crc32} of the files."""
+    writer = dcp.FileSystemWriter(str(Path(folder) / DCP_FOLDER), sync_files=True, thread_count=WRITE_THREADS)
+    writer.fs = _ChecksummingFileSystem()
+    with _without_torch_record_crc():
+        dcp.save(state, storage_writer=writer, process_group=process_group, no_dist=process_group is None)
+    return dict(writer.fs.checksums)
 
 
 def _load(state: dict[str, Any], folder: Path, process_group: dist.ProcessGroup | None) -> None:

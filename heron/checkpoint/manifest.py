@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from heron.checkpoint.errors import CheckpointError
@@ -29,15 +30,19 @@ def crc32_of(path: Path) -> str:
     return f"{crc:08x}"
 
 
-def write_manifest(folder: Path, rollout_id: int) -> dict:
-    """Lists every file under ``folder`` (size, crc32) into ``folder/manifest.json``, fsync'd."""
-    files = {}
-    for dirpath, _, filenames in os.walk(folder):
-        for name in sorted(filenames):
-            path = Path(dirpath) / name
-            rel = path.relative_to(folder).as_posix()
-            if rel != MANIFEST:
-                files[rel] = {"size": path.stat().st_size, "crc32": crc32_of(path)}
+def write_manifest(folder: Path, rollout_id: int, known: dict[str, str] | None = None) -> dict:
+    """Lists every file under ``folder`` (size, crc32) into ``folder/manifest.json``, fsync'd.
+    ``known`` maps paths to crc32s computed while they were written; other files are read."""
+    known = known or {}
+    paths = sorted(
+        Path(dirpath) / name for dirpath, _, filenames in os.walk(folder) for name in filenames if name != MANIFEST
+    )
+    with ThreadPoolExecutor(max(1, min(4, len(paths)))) as pool:  # zlib.crc32 releases the GIL
+        checksums = list(pool.map(lambda p: known.get(str(p)) or crc32_of(p), paths))
+    files = {
+        path.relative_to(folder).as_posix(): {"size": path.stat().st_size, "crc32": crc}
+        for path, crc in zip(paths, checksums)
+    }
     manifest = {"format": FORMAT_VERSION, "rollout_id": rollout_id, "files": dict(sorted(files.items()))}
     write_file_durably(folder / MANIFEST, json.dumps(manifest, indent=1).encode())
     return manifest

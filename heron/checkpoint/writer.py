@@ -63,6 +63,7 @@ class CheckpointWriter:
         self._pending: tuple[str, Future] | None = None
         self._staged = threading.Event()
         self._staged.set()
+        self._host_buffers: dict[str, torch.Tensor] = {}  # reused by every async staging
         self.last_committed: Path | None = None
         self.last_stats: dict[str, float] = {}
 
@@ -87,7 +88,7 @@ class CheckpointWriter:
                 "model": model_fingerprint(live["model"]),
                 "optimizer": optimizer_fingerprint(optimizer, live["optimizer"]),
             }
-            tensors = dcp_io.stage(live) if self.async_save else live
+            tensors = dcp_io.stage(live, self._host_buffers) if self.async_save else live
             temp = temp_folder(self.folder, rollout_id)
             temp.mkdir()
             state = {**run_state, "rollout_id": rollout_id, "fingerprint": fingerprint}
@@ -104,10 +105,10 @@ class CheckpointWriter:
             self._pending = (name, self._executor.submit(self._write, temp, rollout_id, tensors, start))
 
     def _write(self, temp: Path, rollout_id: int, tensors: dict, start: float) -> Path:
-        dcp_io.save(tensors, temp, self._process_group)
+        checksums = dcp_io.save(tensors, temp, self._process_group)
         if self.hf_export:
             write_hf_folder(temp / HF_FOLDER, tensors["model"], temp / HF_META)
-        manifest = write_manifest(temp, rollout_id)
+        manifest = write_manifest(temp, rollout_id, known=checksums)
         final = commit(temp, self.folder / checkpoint_name(rollout_id))
         self.last_committed = final
         seconds = time.perf_counter() - start
