@@ -31,7 +31,7 @@ class Checkpointer:
         """Restores the run from ``checkpoint.load``; returns the first rollout id to run (0 if fresh)."""
         checkpoint = select_checkpoint(self.cfg.checkpoint, self.folder)
         if checkpoint is None:
-            guard_run_dir(self.run_dir)
+            guard_run_dir(self.run_dir, to_dict(self.cfg))
             return 0
         trainer = components.trainer
         check_fits(checkpoint, trainer.model, trainer.optimizer, to_dict(self.cfg))

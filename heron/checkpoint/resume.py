@@ -54,14 +54,27 @@ def check_fits(checkpoint: Checkpoint, model, optimizer, config_dict: dict) -> N
     check_config(checkpoint.name, saved["config"], config_fingerprint(config_dict))
 
 
-def guard_run_dir(run_dir: Path) -> None:
-    """A fresh run must not append to another run's metrics: fail before anything is written."""
+def guard_run_dir(run_dir: Path, config_dict: dict) -> None:
+    """A fresh start must not append to another run's metrics. If run.dir holds metrics of the
+    same run (its config.yaml has the same resume-critical config: it crashed before its first
+    checkpoint), the run restarts from scratch and its rows are dropped; otherwise it fails."""
+    import yaml
+
     metrics = Path(run_dir) / "metrics.jsonl"
-    if metrics.is_file() and metrics.stat().st_size > 0:
-        raise CheckpointError(
-            f"run.dir {run_dir} already holds metrics.jsonl of another run and no checkpoint is being resumed; "
-            f"choose a new run.dir, delete the old one, or resume it (checkpoint.load=auto)"
-        )
+    if not (metrics.is_file() and metrics.stat().st_size > 0):
+        return
+    try:
+        previous = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        previous = None
+    if isinstance(previous, dict) and config_fingerprint(previous) == config_fingerprint(config_dict):
+        log.warning("%s: same run, no checkpoint to resume from: restarting from rollout 0", run_dir)
+        truncate_run_files(run_dir, -2)  # -2: also the eval before rollout 0 (-1), which is redone
+        return
+    raise CheckpointError(
+        f"run.dir {run_dir} already holds metrics.jsonl of another run and no checkpoint is being resumed; "
+        f"choose a new run.dir, delete the old one, or resume it (checkpoint.load=auto)"
+    )
 
 
 def truncate_run_files(run_dir: Path, rollout_id: int) -> None:

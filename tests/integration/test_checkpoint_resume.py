@@ -57,15 +57,7 @@ def assets(toy_model_dir, tmp_path_factory):
 
 
 def _config(assets, run_dir: Path, *overrides: str):
-    return load_config(None, [
-        f"model.path={assets['model']}", f"data.path={assets['train']}", f"eval.path={assets['test']}",
-        f"run.dir={run_dir}", "reward.fn=test_length", f"rollout.num_rollouts={NUM_ROLLOUTS}",
-        "rollout.batch_size=4", "rollout.samples_per_prompt=4", "rollout.max_new_tokens=4",
-        "train.lr=0.003", "train.steps_per_rollout=2", "train.micro_batch_size=4", "train.weight_decay=0.01",
-        "eval.interval=2", "eval.max_prompts=4", "eval.max_new_tokens=4",
-        "checkpoint.interval=2", "checkpoint.keep_last=0",
-        "tracking.progress=false", "tracking.summary=false", "tracking.plot=false", *overrides,
-    ])
+    return load_config(None, _cli_overrides(assets, run_dir, *overrides))
 
 
 def _run(cfg, monkeypatch=None, stop_after: int | None = None) -> RLRun:
@@ -216,14 +208,19 @@ def test_damaged_newest_falls_back_to_older_and_touches_nothing(assets, straight
         RLRun(explicit)
 
 
-def test_fresh_run_refuses_a_run_dir_with_metrics(assets, straight, tmp_path):
+def test_fresh_run_refuses_a_run_dir_with_metrics_of_another_run(assets, straight, tmp_path):
     run_dir = tmp_path / "used"
     run_dir.mkdir()
     shutil.copy(straight["dir"] / "metrics.jsonl", run_dir / "metrics.jsonl")
+    shutil.copy(straight["dir"] / "config.yaml", run_dir / "config.yaml")
     before = (run_dir / "metrics.jsonl").read_bytes()
     with pytest.raises(CheckpointError, match="already holds metrics.jsonl of another run"):
-        RLRun(_config(assets, run_dir))
+        RLRun(_config(assets, run_dir, "train.lr=0.001"))
     assert (run_dir / "metrics.jsonl").read_bytes() == before
+    # the same run that crashed before its first checkpoint restarts from scratch
+    run = RLRun(_config(assets, run_dir))
+    run.__exit__(None, None, None)
+    assert run.start_rollout == 0 and read_jsonl(run_dir / "metrics.jsonl") == []
 
 
 def _logits(model, tokens: torch.Tensor) -> torch.Tensor:
@@ -263,3 +260,52 @@ def test_ckpt_cli_list_and_inspect(straight, tmp_path, capsys):
     assert heron_main(["ckpt", "inspect", str(folder / "rollout-000003")]) == 1
     assert heron_main(["ckpt", "list", str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trial", range(4))
+def test_sigkilled_training_resumes_exactly_with_load_auto(assets, tmp_path, trial):
+    """A real training process (checkpoint every rollout, async) is SIGKILLed at a random
+    moment; ``checkpoint.load=auto`` in a new process-equivalent run finishes it, and the metrics
+    equal those of the run straight through."""
+    import os
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    overrides = ["checkpoint.interval=1", "checkpoint.async=true", "checkpoint.hf_export=true", "eval.interval=2"]
+    straight_dir = tmp_path / "straight"
+    _run(_config(assets, straight_dir, *overrides))
+    run_dir = tmp_path / "killed"
+    args = _cli_overrides(assets, run_dir, *overrides)
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
+    child = subprocess.Popen([sys.executable, str(Path(__file__).with_name("_train_child.py")), *args], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (run_dir / "metrics.jsonl").exists() and time.monotonic() < deadline and child.poll() is None:
+        time.sleep(0.02)
+    time.sleep(random.Random(trial).uniform(0.0, 0.8))
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    resumed = _run(_config(assets, run_dir, *overrides))
+    print(f"trial {trial}: resumed at rollout {resumed.start_rollout}")
+    assert 0 <= resumed.start_rollout <= NUM_ROLLOUTS
+    assert _rows(run_dir / "metrics.jsonl") == _rows(straight_dir / "metrics.jsonl")
+    assert read_jsonl(run_dir / "eval.jsonl") == read_jsonl(straight_dir / "eval.jsonl")
+    _assert_same_trainer_state(resumed.c.trainer, _run(_config(assets, straight_dir / "again", *overrides)).c.trainer)
+
+
+def _cli_overrides(assets, run_dir: Path, *overrides: str) -> list[str]:
+    """The overrides ``_config`` applies, as a list (for a child process)."""
+    return [
+        f"model.path={assets['model']}", f"data.path={assets['train']}", f"eval.path={assets['test']}",
+        f"run.dir={run_dir}", "reward.fn=test_length", f"rollout.num_rollouts={NUM_ROLLOUTS}",
+        "rollout.batch_size=4", "rollout.samples_per_prompt=4", "rollout.max_new_tokens=4",
+        "train.lr=0.003", "train.steps_per_rollout=2", "train.micro_batch_size=4", "train.weight_decay=0.01",
+        "eval.interval=2", "eval.max_prompts=4", "eval.max_new_tokens=4",
+        "checkpoint.interval=2", "checkpoint.keep_last=0",
+        "tracking.progress=false", "tracking.summary=false", "tracking.plot=false", *overrides,
+    ]
