@@ -7,7 +7,6 @@ logits; the ``heron ckpt`` commands."""
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import shutil
 from pathlib import Path
