@@ -40,7 +40,10 @@ class Checkpointer:
         truncate_run_files(self.run_dir, checkpoint.rollout_id)
         start = restore(checkpoint, components)
         self.resumed_from = checkpoint
-        log.warning("resumed from %s: continuing at rollout %d", checkpoint.path, start)
+        if start >= self.cfg.rollout.num_rollouts:
+            log.warning("resumed from %s: all %d rollouts are done", checkpoint.path, self.cfg.rollout.num_rollouts)
+        else:
+            log.warning("resumed from %s: continuing at rollout %d", checkpoint.path, start)
         return start
 
     def due(self, rollout_id: int) -> bool:

@@ -308,3 +308,17 @@ def _cli_overrides(assets, run_dir: Path, *overrides: str) -> list[str]:
         "checkpoint.interval=2", "checkpoint.keep_last=0",
         "tracking.progress=false", "tracking.summary=false", "tracking.plot=false", *overrides,
     ]
+
+
+def test_explicit_older_checkpoint_sets_newer_ones_aside(assets, straight, tmp_path):
+    run_dir = tmp_path / "run"
+    folder = run_dir / "checkpoints"
+    shutil.copytree(straight["dir"] / "checkpoints", folder)
+    run = RLRun(_config(assets, run_dir, f"checkpoint.load={folder / 'rollout-000001'}"))
+    run.__exit__(None, None, None)
+    assert run.start_rollout == 2
+    assert [p.name for p in sorted(folder.iterdir()) if p.name.startswith("rollout-000001")] == ["rollout-000001"]
+    names = sorted(p.name for p in folder.iterdir())
+    assert any(n.startswith("rollout-000003.abandoned-") for n in names)
+    assert any(n.startswith("rollout-000004.abandoned-") for n in names)
+    assert "rollout-000004" not in names  # a later checkpoint.load=auto cannot jump to the old timeline
