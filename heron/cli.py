@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from heron.checkpoint.errors import CheckpointError
 from heron.config.base import ConfigError
+from heron.errors import UserError
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"heron: config error: {e}", file=sys.stderr)
         return 2
-    except CheckpointError as e:
-        print(f"heron: checkpoint error: {e}", file=sys.stderr)
+    except UserError as e:
+        print(f"heron: error: {e}", file=sys.stderr)
         return 2
 
 

@@ -4,8 +4,10 @@ in ``state.json`` and ``manifest.json``; DCP never sees a checkpoint that does n
 
 from __future__ import annotations
 
+from heron.errors import UserError
 
-class CheckpointError(ValueError):
+
+class CheckpointError(UserError):
     """A checkpoint that is missing, incomplete, corrupt, or does not fit the run."""
 
 
