@@ -8,7 +8,7 @@ from pathlib import Path
 
 from heron.checkpoint.reader import Checkpoint
 from heron.checkpoint.resume import (
-    check_fits, guard_run_dir, restore, select_checkpoint, set_aside_newer, truncate_run_files,
+    guard_run_dir, restore, select_checkpoint, set_aside_newer, truncate_run_files,
 )
 from heron.checkpoint.rng import capture_rng
 from heron.checkpoint.fingerprint import RESUME_CRITICAL, config_fingerprint, digest
@@ -33,12 +33,10 @@ class Checkpointer:
         if checkpoint is None:
             guard_run_dir(self.run_dir, to_dict(self.cfg))
             return 0
-        trainer = components.trainer
-        check_fits(checkpoint, trainer.model, trainer.optimizer, to_dict(self.cfg))
+        start = restore(checkpoint, components, to_dict(self.cfg))  # raises before loading if it does not fit
         if self.cfg.checkpoint.load != "auto":
             set_aside_newer(self.folder, checkpoint.rollout_id)
         truncate_run_files(self.run_dir, checkpoint.rollout_id)
-        start = restore(checkpoint, components)
         self.resumed_from = checkpoint
         if start >= self.cfg.rollout.num_rollouts:
             log.warning("resumed from %s: all %d rollouts are done", checkpoint.path, self.cfg.rollout.num_rollouts)

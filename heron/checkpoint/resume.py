@@ -1,7 +1,9 @@
 """Resume: pick the checkpoint (``checkpoint.load``), check that it fits, restore the run.
 
 Order matters: every check runs before anything is loaded or any file is changed, so a
-checkpoint that does not fit fails in one line with the run and its folders untouched.
+checkpoint that does not fit fails in one line with the run and its folders untouched. The
+fit check reads the trainer's tensors, so it runs inside ``PolicyTrainer.load_checkpoint``
+(an operation that declares it needs device memory), not from outside.
 
 What is restored (and so what the resumed run continues with): model and AdamW state (DCP),
 LR scheduler, policy version, data sampler (epoch, cursor), every RNG, and the engine's
@@ -104,10 +106,11 @@ def set_aside_newer(folder: Path, rollout_id: int) -> None:
             log.warning("moved %s to %s: newer than the checkpoint resumed from", path.name, target.name)
 
 
-def restore(checkpoint: Checkpoint, components) -> int:
-    """Loads the checkpoint into the run's components; returns the first rollout to run."""
+def restore(checkpoint: Checkpoint, components, run_config: dict) -> int:
+    """Loads the checkpoint into the run's components (the trainer checks the fit first);
+    returns the first rollout to run."""
     state = checkpoint.state
-    components.trainer.load_checkpoint(checkpoint)
+    components.trainer.load_checkpoint(checkpoint, run_config)
     components.sampler.load_state_dict(state["sampler"])
     restore_rng(state["rng"])
     components.engine.load_weights(components.trainer.weights(), components.trainer.version)

@@ -107,10 +107,14 @@ class PolicyTrainer:
         trainer_state = {"version": self.version, "scheduler": self.scheduler.state_dict()}
         writer.save(rollout_id, self.model, self.optimizer, {**run_state, "trainer": trainer_state})
 
-    def load_checkpoint(self, checkpoint) -> None:
-        """Restores what ``save_checkpoint`` saved from a verified ``Checkpoint``. Needs device memory."""
+    def load_checkpoint(self, checkpoint, run_config: dict) -> None:
+        """Restores what ``save_checkpoint`` saved from a verified ``Checkpoint``, after checking
+        that it fits this model, optimizer and ``run_config`` (one-line error, nothing loaded,
+        if not). Needs device memory."""
         from heron.checkpoint.reader import load_into
+        from heron.checkpoint.resume import check_fits
 
+        check_fits(checkpoint, self.model, self.optimizer, run_config)
         load_into(checkpoint, self.model, self.optimizer)
         self.scheduler.load_state_dict(checkpoint.state["trainer"]["scheduler"])
         self.version = checkpoint.state["trainer"]["version"]
