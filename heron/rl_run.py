@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from heron.algo.assign import assign_advantages
+from heron.checkpoint.checkpointer import Checkpointer
 from heron.components import Components, build_components
 from heron.config.base import to_dict
 from heron.config.root import HeronConfig
@@ -23,7 +24,8 @@ class RLRun:
         self.cfg = cfg
         self.run_dir = Path(cfg.run.dir)
         self.c: Components = build_components(cfg)
-        self.start_rollout = 0
+        self.checkpointer = Checkpointer(cfg, self.run_dir)  # resume: checks fit, restores state
+        self.start_rollout = self.checkpointer.resume(self.c)
         self.timings: dict[str, float] = {}
         self.run_dir.mkdir(parents=True, exist_ok=True)
         _write_config(cfg, self.run_dir / "config.yaml")
@@ -32,8 +34,11 @@ class RLRun:
     def __enter__(self) -> "RLRun":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.tracker.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        try:  # waits for an async save in flight; raises its error unless already failing
+            self.checkpointer.close(raise_error=exc_type is None)
+        finally:
+            self.tracker.close()
 
     def rollout_ids(self) -> range:
         return range(self.start_rollout, self.cfg.rollout.num_rollouts)
@@ -69,6 +74,10 @@ class RLRun:
         with self._timed("push_weights"):
             self.c.engine.load_weights(self.c.trainer.weights(), self.c.trainer.version)
 
+    def checkpoint(self, rollout_id: int) -> None:
+        """Saves every ``checkpoint.interval`` rollouts and after the last (see heron.checkpoint)."""
+        self.checkpointer.maybe_save(rollout_id, self.c)
+
     def evaluate(self, rollout_id: int) -> dict[str, float]:
         """Eval before the first rollout (``rollout_id=-1``), every ``eval.interval`` and at the end."""
         if self.c.evaluator is None or not self._eval_due(rollout_id):
@@ -80,7 +89,9 @@ class RLRun:
 
     def _eval_due(self, rollout_id: int) -> bool:
         last = self.cfg.rollout.num_rollouts - 1
-        return rollout_id == -1 or rollout_id == last or (rollout_id + 1) % self.cfg.eval.interval == 0
+        if rollout_id == -1:
+            return self.start_rollout == 0  # a resumed run already has its initial eval
+        return rollout_id == last or (rollout_id + 1) % self.cfg.eval.interval == 0
 
     def log(self, batch: RolloutBatch, train_metrics: dict, eval_metrics: dict) -> dict:
         rewards = [s.reward for s in batch.samples]

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from heron.config.algo import AlgoConfig
 from heron.config.base import apply_overrides, build, check, doc, load_yaml
+from heron.config.checkpoint import CheckpointConfig
 from heron.config.data import DataConfig
 from heron.config.eval import EvalConfig
 from heron.config.hooks import HooksConfig
@@ -34,6 +35,7 @@ class HeronConfig:
     sft: SFTConfig = doc("Supervised warm start (heron sft).", factory=SFTConfig)
     tracking: TrackingConfig = doc("Progress, summaries, metrics, plots.", factory=TrackingConfig)
     hooks: HooksConfig = doc("User hooks: generate, post-process, advantage, loss, data source.", factory=HooksConfig)
+    checkpoint: CheckpointConfig = doc("Saving, resuming and HF export.", factory=CheckpointConfig)
 
     # --- residency (issue 3) ---
     colocate: bool = doc("Trainer and rollout engine share one device and take turns (the idle one sleeps).", False)

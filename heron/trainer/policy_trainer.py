@@ -124,13 +124,29 @@ class PolicyTrainer(Resident):
             )
         return self._host_weights
 
+    # --- checkpoint (heron.checkpoint) ---------------------------------------------------------
     @needs_device
-    def save(self, path: str | Path) -> Path:
-        """Writes model + optimizer state (torch.distributed.checkpoint) to the folder ``path``.
-        Minimal: heron.checkpoint adds the run state around it."""
-        from heron.checkpoint.dcp_model_optimizer import save_model_and_optimizer
+    def save_checkpoint(self, writer, rollout_id: int, run_state: dict) -> None:
+        """Saves model, optimizer, scheduler and policy version through ``writer``
+        (``heron.checkpoint.writer.CheckpointWriter``). Needs the live tensors (device memory);
+        returns once they are staged, so the trainer may change or sleep afterwards, while an
+        async writer finishes the files in the background."""
+        trainer_state = {"version": self.version, "scheduler": self.scheduler.state_dict()}
+        writer.save(rollout_id, self.model, self.optimizer, {**run_state, "trainer": trainer_state})
 
-        return save_model_and_optimizer(self.model, self.optimizer, path)
+    @needs_device
+    def load_checkpoint(self, checkpoint, run_config: dict) -> None:
+        """Restores what ``save_checkpoint`` saved from a verified ``Checkpoint``, after checking
+        that it fits this model, optimizer and ``run_config`` (one-line error, nothing loaded,
+        if not). Needs device memory."""
+        from heron.checkpoint.reader import load_into
+        from heron.checkpoint.resume import check_fits
+
+        check_fits(checkpoint, self.model, self.optimizer, run_config)
+        load_into(checkpoint, self.model, self.optimizer)
+        self.scheduler.load_state_dict(checkpoint.state["trainer"]["scheduler"])
+        self.version = checkpoint.state["trainer"]["version"]
+        self._publish_weights()
 
     @needs_device
     def export_hf(self, out_dir: str | Path, tokenizer=None) -> Path:

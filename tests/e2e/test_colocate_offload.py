@@ -1,7 +1,8 @@
 """Colocated, offloaded runs on the toy task, against the same runs without offload.
 
-- The prior-art regression: a checkpoint saved every rollout while the trainer is asleep
-  (colocate + offload) completes and holds the awake weights, equal to a run without offload.
+- The prior-art regression: ``heron.loop.train`` with colocate + offload and a checkpoint
+  saved every rollout (sync and async) completes; each save started with the trainer asleep,
+  and each checkpoint holds the awake weights, equal to the same run without offload.
 - A full ``heron.loop.train`` run with colocate + offload gives bit-identical parameters and
   metrics to the same run without offload.
 
@@ -11,6 +12,8 @@ exact match: it varies within groups and the weights really move.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -19,7 +22,7 @@ from heron.config.root import load_config
 from heron.loop import train
 from heron.residency import State
 from heron.reward.scorer import RewardScorer
-from heron.rl_run import RLRun
+from heron.trainer.policy_trainer import PolicyTrainer
 from heron.toy.demo_assets import create_demo_assets
 
 
@@ -32,56 +35,62 @@ def assets(tmp_path_factory):
     return create_demo_assets(tmp_path_factory.mktemp("assets"))
 
 
-def _config(assets, run_dir, colocate: bool):
+def _config(assets, run_dir, colocate: bool, *overrides: str):
     return load_config(None, [
         f"model.path={assets['model']}", f"data.path={assets['train']}", f"eval.path={assets['test']}",
         f"run.dir={run_dir}", f"colocate={str(colocate).lower()}", "rollout.num_rollouts=3",
         "rollout.batch_size=4", "rollout.samples_per_prompt=4", "rollout.max_new_tokens=6",
         "train.micro_batch_size=8", "train.steps_per_rollout=2", "train.lr=0.003", "algo.kl_coef=0.05",
         "eval.interval=2", "eval.max_prompts=8", "eval.max_new_tokens=4",
-        "tracking.progress=false", "tracking.summary=false", "tracking.plot=false",
+        "tracking.progress=false", "tracking.summary=false", "tracking.plot=false", *overrides,
     ])
 
 
-def _saved_model(path, like: torch.nn.Module) -> dict[str, torch.Tensor]:
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+def _saved_models(folder, like: torch.nn.Module) -> dict[str, dict[str, torch.Tensor]]:
+    """checkpoint name -> its model tensors, loaded through heron.checkpoint's reader."""
+    from heron.checkpoint.reader import load_into, open_checkpoint
 
-    state = {"model": {k: torch.zeros_like(v) for k, v in get_model_state_dict(like).items()}}
-    dcp.load(state, checkpoint_id=str(path))
-    return state["model"]
-
-
-def _run_saving_every_rollout(cfg, ckpt_dir) -> RLRun:
-    """The loop's verbs, plus the trainer's save after every rollout (its old call site)."""
-    with RLRun(cfg) as run:
-        run.c.scorer = RewardScorer(length_reward)
-        for rollout_id in run.rollout_ids():
-            batch = run.advantages(run.reward(run.generate(rollout_id)))
-            run.train(batch)
-            run.push_weights()
-            if cfg.colocate:
-                assert run.c.trainer.residency_state is State.ASLEEP  # the prior-art crash site
-            run.c.trainer.save(ckpt_dir / f"rollout-{rollout_id}")
-    return run
+    saved = {}
+    for path in sorted(p for p in folder.iterdir() if p.name.startswith("rollout-")):
+        model = copy.deepcopy(like)
+        load_into(open_checkpoint(path), model, None)
+        saved[path.name] = {k: v.clone() for k, v in model.state_dict().items()}
+    return saved
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")
-def test_checkpoint_every_rollout_while_asleep_holds_the_awake_weights(assets, tmp_path):
-    offloaded = _run_saving_every_rollout(_config(assets, tmp_path / "a", colocate=True), tmp_path / "ckpt-a")
-    resident = _run_saving_every_rollout(_config(assets, tmp_path / "b", colocate=False), tmp_path / "ckpt-b")
-    like = resident.c.trainer.model
-    for rollout_id in range(3):
-        saved_a = _saved_model(tmp_path / "ckpt-a" / f"rollout-{rollout_id}", like)
-        saved_b = _saved_model(tmp_path / "ckpt-b" / f"rollout-{rollout_id}", like)
-        for name in saved_b:
-            assert torch.equal(saved_a[name], saved_b[name]), (rollout_id, name)
-    offloaded.c.trainer.wake()  # the last checkpoint holds exactly the live weights
-    live = {k: v for k, v in offloaded.c.trainer.model.state_dict().items()}
-    first = _saved_model(tmp_path / "ckpt-a" / "rollout-0", like)
-    assert any(not torch.equal(live[k], first[k]) for k in live)  # training moved the weights
-    for name, tensor in _saved_model(tmp_path / "ckpt-a" / "rollout-2", like).items():
-        assert torch.equal(tensor, live[name]), name
+def _train_recording_save_states(cfg):
+    """``heron.loop.train``; records the trainer's residency state each time a checkpoint save starts."""
+    states = []
+    original = PolicyTrainer.save_checkpoint
+
+    def save_checkpoint(self, *args, **kwargs):
+        states.append(self.residency_state)
+        return original(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(PolicyTrainer, "save_checkpoint", save_checkpoint)
+        records, components = _train_capturing_components(cfg, mp)
+    return states, components
+
+
+@pytest.mark.parametrize("save_mode", ["checkpoint.async=true", "checkpoint.async=false"])
+def test_checkpoint_every_rollout_while_asleep_holds_the_awake_weights(assets, tmp_path, save_mode):
+    """The prior-art crash: the save found the trainer asleep. Here each save wakes it."""
+    every_rollout = [save_mode, "checkpoint.interval=1", "checkpoint.keep_last=0"]
+    states_a, run_a = _train_recording_save_states(_config(assets, tmp_path / "a", True, *every_rollout))
+    states_b, run_b = _train_recording_save_states(_config(assets, tmp_path / "b", False, *every_rollout))
+    assert states_a == [State.ASLEEP] * 3 and states_b == [State.AWAKE] * 3
+    like = run_b.trainer.model
+    saved_a, saved_b = _saved_models(tmp_path / "a" / "checkpoints", like), _saved_models(tmp_path / "b" / "checkpoints", like)
+    assert list(saved_a) == list(saved_b) == ["rollout-000000", "rollout-000001", "rollout-000002"]
+    for name in saved_a:
+        for key, tensor in saved_b[name].items():
+            assert torch.equal(saved_a[name][key], tensor), (name, key)
+    run_a.trainer.wake()  # the last checkpoint holds exactly the live weights
+    live = run_a.trainer.model.state_dict()
+    assert any(not torch.equal(live[k], saved_a["rollout-000000"][k]) for k in live)  # training moved them
+    for key, tensor in saved_a["rollout-000002"].items():
+        assert torch.equal(tensor, live[key]), key
 
 
 def _train_capturing_components(cfg, monkeypatch):

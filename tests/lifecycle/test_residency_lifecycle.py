@@ -115,8 +115,13 @@ def test_state_dicts_of_an_asleep_component_raise_our_error(make_pair, tmp_path)
         pair.trainer.optimizer.state_dict()
     with pytest.raises(ReleasedMemoryError, match="load_state_dict of module 'model'"):
         pair.engine.model.load_state_dict({})
-    pair.trainer.save(tmp_path / "ckpt")  # declared: wakes by itself
+    from heron.checkpoint.writer import CheckpointWriter
+
+    writer = CheckpointWriter(tmp_path, async_save=True)
+    pair.trainer.save_checkpoint(writer, 0, {})  # declared: wakes by itself, stages, sleeps again
     assert pair.trainer.residency_state is State.ASLEEP
+    writer.close()
+    assert (tmp_path / "rollout-000000").is_dir()
 
 
 def test_misdeclared_host_only_operation_is_named(make_pair):
