@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from heron.algo.advantages import ADVANTAGE_ESTIMATORS
+from heron.cluster.executor import Executor, build_executor
 from heron.config.root import HeronConfig
 from heron.data.jsonl import load_prompts
 from heron.data.sampler import EpochSampler
@@ -15,6 +16,7 @@ from heron.evaluator import Evaluator
 from heron.records import Prompt
 from heron.reward.scorer import RewardScorer
 from heron.rollout.embedded import EmbeddedEngine
+from heron.rollout.engine import RolloutEngine
 from heron.rollout.generator import RolloutGenerator
 from heron.rollout.prompt_format import PromptFormatter
 from heron.trainer.objectives import PolicyObjective
@@ -55,13 +57,19 @@ class Components:
     tokenizer: object
     sampler: EpochSampler[Prompt]
     generator: RolloutGenerator
-    engine: EmbeddedEngine
+    engine: RolloutEngine
     scorer: RewardScorer
-    trainer: PolicyTrainer
+    trainer: PolicyTrainer  # or heron.cluster.trainer_group.TrainerGroup (same verbs)
     evaluator: Evaluator | None
+    executor: Executor | None = None  # where engine and trainer run; owns their shutdown
 
     def advantage_estimator(self):
         return ADVANTAGE_ESTIMATORS[self.cfg.algo.advantage]
+
+    def close(self) -> None:
+        """Stops actors and the Ray session the executor started (no-op locally); idempotent."""
+        if self.executor is not None:
+            self.executor.close()
 
 
 def build_components(cfg: HeronConfig) -> Components:
@@ -71,20 +79,13 @@ def build_components(cfg: HeronConfig) -> Components:
     formatter = PromptFormatter(tokenizer)
     prompts = load_prompts(cfg.data.path, cfg.data.prompt_key, cfg.data.label_key)
     scorer = RewardScorer.from_name(cfg.reward.fn)
-    engine = EmbeddedEngine(
-        load_model(cfg.model.path, cfg.model.dtype).eval().requires_grad_(False),
-        pad_token_id=tokenizer.pad_token_id,
-        max_batch_size=cfg.rollout.max_batch_size,
-    )
-    objective = PolicyObjective(cfg.algo)
-    trainer = PolicyTrainer(
-        load_model(cfg.model.path, cfg.model.dtype),
-        cfg.train,
-        objective,
-        total_steps=cfg.rollout.num_rollouts * cfg.train.steps_per_rollout,
-        temperature=cfg.rollout.temperature,
-        reference=load_model(cfg.model.path, cfg.model.dtype) if objective.needs_reference else None,
-    )
+    executor = build_executor(cfg)  # local: this process; ray: actors (heron.cluster)
+    try:
+        engine = executor.engine(tokenizer.pad_token_id)
+        trainer = executor.trainer()
+    except BaseException:
+        executor.close()
+        raise
     evaluator = None
     if cfg.eval.enabled:
         eval_prompts = load_prompts(cfg.eval.path, cfg.data.prompt_key, cfg.data.label_key)
@@ -100,4 +101,29 @@ def build_components(cfg: HeronConfig) -> Components:
         scorer=scorer,
         trainer=trainer,
         evaluator=evaluator,
+        executor=executor,
+    )
+
+
+def build_engine(cfg: HeronConfig, pad_token_id: int) -> EmbeddedEngine:
+    """The rollout engine (called in this process, or inside an engine actor)."""
+    return EmbeddedEngine(
+        load_model(cfg.model.path, cfg.model.dtype).eval().requires_grad_(False),
+        pad_token_id=pad_token_id,
+        max_batch_size=cfg.rollout.max_batch_size,
+    )
+
+
+def build_policy_trainer(cfg: HeronConfig, parallelize=None, trainer_cls=PolicyTrainer) -> PolicyTrainer:
+    """The policy trainer (in this process, or one rank inside a trainer actor).
+    ``parallelize(model) -> model`` applies data parallelism before the optimizer is built."""
+    model = load_model(cfg.model.path, cfg.model.dtype)
+    objective = PolicyObjective(cfg.algo)
+    return trainer_cls(
+        parallelize(model) if parallelize else model,
+        cfg.train,
+        objective,
+        total_steps=cfg.rollout.num_rollouts * cfg.train.steps_per_rollout,
+        temperature=cfg.rollout.temperature,
+        reference=load_model(cfg.model.path, cfg.model.dtype) if objective.needs_reference else None,
     )

@@ -15,6 +15,7 @@ from heron.config.root import HeronConfig
 from heron.records import RolloutBatch
 from heron.tracking.tracker import Tracker
 from heron.trainer.batch import collate
+from heron.weights.version import check_served_versions, served_versions
 
 
 class RLRun:
@@ -22,17 +23,24 @@ class RLRun:
         self.cfg = cfg
         self.run_dir = Path(cfg.run.dir)
         self.c: Components = build_components(cfg)
-        self.start_rollout = 0
-        self.timings: dict[str, float] = {}
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        _write_config(cfg, self.run_dir / "config.yaml")
-        self.tracker = Tracker(cfg.tracking, self.run_dir, self.start_rollout, cfg.rollout.num_rollouts)
+        try:
+            self.start_rollout = 0
+            self.timings: dict[str, float] = {}
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            _write_config(cfg, self.run_dir / "config.yaml")
+            self.tracker = Tracker(cfg.tracking, self.run_dir, self.start_rollout, cfg.rollout.num_rollouts)
+        except BaseException:
+            self.c.close()
+            raise
 
     def __enter__(self) -> "RLRun":
         return self
 
     def __exit__(self, *exc) -> None:
-        self.tracker.close()
+        try:
+            self.tracker.close()
+        finally:
+            self.c.close()  # stops actors and the Ray session a ray backend started
 
     def rollout_ids(self) -> range:
         return range(self.start_rollout, self.cfg.rollout.num_rollouts)
@@ -63,6 +71,7 @@ class RLRun:
     def push_weights(self) -> None:
         with self._timed("push_weights"):
             self.c.engine.load_weights(self.c.trainer.weights(), self.c.trainer.version)
+            check_served_versions(served_versions(self.c.engine), self.c.trainer.version)
 
     def evaluate(self, rollout_id: int) -> dict[str, float]:
         """Eval before the first rollout (``rollout_id=-1``), every ``eval.interval`` and at the end."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from heron.config.algo import AlgoConfig
 from heron.config.base import apply_overrides, build, check, doc, load_yaml
+from heron.config.cluster import ClusterConfig
 from heron.config.data import DataConfig
 from heron.config.eval import EvalConfig
 from heron.config.model import ModelConfig
@@ -31,8 +32,15 @@ class HeronConfig:
     eval: EvalConfig = doc("Held-out evaluation.", factory=EvalConfig)
     sft: SFTConfig = doc("Supervised warm start (heron sft).", factory=SFTConfig)
     tracking: TrackingConfig = doc("Progress, summaries, metrics, plots.", factory=TrackingConfig)
+    # --- cluster (issue 6) ---
+    cluster: ClusterConfig = doc("Executor (local or Ray), placement and deadlines.", factory=ClusterConfig)
+    colocate: bool = doc(
+        "Trainer and rollout engines share devices (sleep/wake arbitrates); false gives engines their own.", False
+    )
+    # --- end cluster ---
 
     def __post_init__(self):
+        self._check_cluster()
         mini = self.rollout.num_samples // self.train.steps_per_rollout
         check(
             self.rollout.num_samples % self.train.steps_per_rollout == 0,
@@ -43,6 +51,19 @@ class HeronConfig:
             mini % min(self.train.micro_batch_size, mini) == 0,
             f"train.micro_batch_size={self.train.micro_batch_size} must divide the mini-batch of {mini} samples "
             f"(rollout samples / train.steps_per_rollout)",
+        )
+
+    def _check_cluster(self) -> None:
+        world = self.train.world_size
+        check(
+            world == 1 or self.cluster.backend == "ray",
+            f"train.world_size={world} needs cluster.backend=ray (the local backend runs one trainer rank)",
+        )
+        mini = self.rollout.num_samples // max(self.train.steps_per_rollout, 1)
+        check(
+            mini % world == 0,
+            f"train.world_size={world} must divide the mini-batch of {mini} samples "
+            f"(rollout samples / train.steps_per_rollout): each rank trains on an equal share",
         )
 
 

@@ -1,0 +1,67 @@
+"""``TrainerGroup``: the driver's stand-in for ``train.world_size`` trainer rank actors,
+with the verbs the run uses on a ``PolicyTrainer`` (``train``, ``weights``, ``version``).
+
+``train`` gives each rank its share of every mini-batch (``shard_for_ranks``) and runs all
+ranks concurrently; the ranks form a torch.distributed group and return already-reduced
+metrics. ``weights`` all-gathers the full weights; rank 0's copy is returned, as numpy
+arrays (object-store transport) or as a versioned safetensors file (disk transport).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING
+
+import torch
+
+from heron.cluster.remote_call import ActorRef, wait_all
+from heron.parallel.shard_batch import shard_for_ranks
+from heron.trainer.batch import TrainBatch
+
+if TYPE_CHECKING:
+    from heron.config.root import HeronConfig
+
+
+def build_trainer_rank(cfg: "HeronConfig", rank: int, world_size: int, master_addr: str, master_port: int):
+    """Runs inside a trainer actor: joins the process group, then builds the same
+    ``PolicyTrainer`` as the local executor, made data-parallel from outside."""
+    from heron.components import build_policy_trainer
+    from heron.parallel.data_parallel import apply_data_parallel, init_process_group
+    from heron.parallel.dp_trainer import DataParallelTrainer
+
+    init_process_group(
+        rank, world_size, master_addr, master_port,
+        device=cfg.cluster.device, timeout_s=cfg.cluster.collective_timeout_s,
+    )
+    torch.manual_seed(cfg.run.seed)
+    return build_policy_trainer(
+        cfg, parallelize=partial(apply_data_parallel, kind=cfg.train.parallel), trainer_cls=DataParallelTrainer
+    )
+
+
+class TrainerGroup:
+    def __init__(self, ranks: list[ActorRef], cfg: "HeronConfig", weight_dir: str):
+        self.ranks = ranks
+        self.steps = cfg.train.steps_per_rollout
+        self.transport = cfg.cluster.weight_transport
+        self.weight_dir = weight_dir
+        self.timeout_s = cfg.cluster.call_timeout_s
+        self.version = 0  # policy version, as PolicyTrainer.version: train() calls applied
+
+    def train(self, batch: TrainBatch) -> dict[str, float]:
+        shards = shard_for_ranks(batch, self.steps, len(self.ranks))
+        metrics = wait_all([(r, r.submit("train", s)) for r, s in zip(self.ranks, shards)], "train", self.timeout_s)
+        self.version += 1
+        return metrics[0]
+
+    def weights(self):
+        """Rank 0's full weights: a numpy state dict, or a ``WeightFile`` (disk transport)."""
+        if self.transport == "disk":
+            pending = [(r, r.submit_host("call_to_file", "weights", self.weight_dir, self.version)) for r in self.ranks]
+        else:
+            pending = [(r, r.submit("weights")) for r in self.ranks]
+        return wait_all(pending, "weights", self.timeout_s)[0]
+
+    def call_all(self, method: str, *args):
+        """Runs ``method`` on every rank (for collectives such as checkpoint save/load)."""
+        return wait_all([(r, r.submit(method, *args)) for r in self.ranks], method, self.timeout_s)
