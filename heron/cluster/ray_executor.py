@@ -41,7 +41,11 @@ class RayExecutor:
         self.plan = PlacementPlan.build(
             cfg.train.world_size, cfg.cluster.num_engines, cfg.colocate, cfg.cluster.cpus_per_bundle, cfg.cluster.device
         )
-        self.group = reserve(self.plan, cfg.cluster.startup_timeout_s)
+        try:
+            self.group = reserve(self.plan, cfg.cluster.startup_timeout_s)
+        except BaseException:
+            self.close()
+            raise
 
     def _spawn(self, name: str, bundle: int) -> ActorRef:
         options = actor_options(self.plan, self.group, bundle)

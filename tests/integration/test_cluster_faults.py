@@ -1,0 +1,82 @@
+"""Faults on a real Ray cluster: a hung or killed engine actor, a killed trainer rank, and a
+placement group the cluster cannot hold. Each must fail fast with an error naming the actor
+(or the sizes), and leave no actor behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+import ray
+
+from heron.cluster.errors import ClusterError
+from heron.config.root import load_config
+from heron.rl_run import RLRun
+
+CALL_TIMEOUT_S = 8
+
+
+def _config(toy_model_dir, toy_data_path, tmp_path, *extra):
+    return load_config(None, [
+        f"model.path={toy_model_dir}", f"data.path={toy_data_path}", "eval.path=", f"run.dir={tmp_path}",
+        "rollout.num_rollouts=2", "rollout.batch_size=2", "rollout.samples_per_prompt=2", "rollout.max_new_tokens=4",
+        "train.micro_batch_size=2", "tracking.progress=false", "tracking.summary=false",
+        "cluster.backend=ray", "cluster.cpus_per_bundle=0.5", f"cluster.call_timeout_s={CALL_TIMEOUT_S}",
+        "cluster.startup_timeout_s=60", *extra,
+    ])
+
+
+def _pid(actor_ref) -> int:
+    return ray.get(actor_ref.handle.pid.remote(), timeout=30)
+
+
+def _assert_all_gone(actors) -> None:
+    for actor in actors:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(actor.handle.pid.remote(), timeout=30)
+
+
+def test_engine_killed_mid_generate_names_it(ray_session, toy_model_dir, toy_data_path, tmp_path):
+    with pytest.raises(ClusterError, match=r"engine-0 died during 'generate'") as caught:
+        with RLRun(_config(toy_model_dir, toy_data_path, tmp_path)) as run:
+            actors = list(run.c.executor.actors)
+            engine_pid = _pid(run.c.engine.engines[0])
+            os.kill(engine_pid, signal.SIGSTOP)  # frozen: the generate call below cannot finish
+            threading.Timer(1.0, os.kill, (engine_pid, signal.SIGKILL)).start()  # dies mid-call
+            start = time.monotonic()
+            try:
+                run.generate(0)
+            finally:
+                elapsed = time.monotonic() - start
+    assert elapsed < CALL_TIMEOUT_S, f"the death took {elapsed:.1f}s to surface"
+    _assert_all_gone(actors)
+
+
+def test_hung_engine_times_out_naming_it(ray_session, toy_model_dir, toy_data_path, tmp_path):
+    with pytest.raises(ClusterError, match=rf"engine-0: 'generate' did not finish within {CALL_TIMEOUT_S}s"):
+        with RLRun(_config(toy_model_dir, toy_data_path, tmp_path)) as run:
+            actors = list(run.c.executor.actors)
+            os.kill(_pid(run.c.engine.engines[0]), signal.SIGSTOP)  # hung, not dead
+            run.generate(0)
+    _assert_all_gone(actors)
+
+
+def test_trainer_rank_killed_names_it(ray_session, toy_model_dir, toy_data_path, tmp_path):
+    with pytest.raises(ClusterError, match=r"trainer-rank-1 died during 'train'"):
+        with RLRun(_config(toy_model_dir, toy_data_path, tmp_path, "train.world_size=2")) as run:
+            actors = list(run.c.executor.actors)
+            batch = run.advantages(run.reward(run.generate(0)))
+            os.kill(_pid(run.c.trainer.ranks[1]), signal.SIGKILL)
+            run.train(batch)  # rank 0 blocks in a collective; rank 1's death must surface first
+    _assert_all_gone(actors)
+
+
+def test_placement_larger_than_cluster_fails_with_sizes(ray_session, toy_model_dir, toy_data_path, tmp_path):
+    cfg = _config(toy_model_dir, toy_data_path, tmp_path, "cluster.cpus_per_bundle=4", "cluster.startup_timeout_s=3")
+    start = time.monotonic()
+    with pytest.raises(ClusterError, match=r"placement group of 2 bundles x \{'CPU': 4.0\} was not ready within 3s"):
+        RLRun(cfg)
+    assert time.monotonic() - start < 30
