@@ -50,6 +50,10 @@ class ComponentHost:
         state = getattr(self.component, method)()
         return save_weight_file(state, folder, version) if state else None
 
+    def apply(self, fn: Callable, *args) -> Any:
+        """Runs ``fn(component, *args)``: free functions over the component (e.g. DCP state I/O)."""
+        return fn(self.component, *args)
+
     def get(self, attribute: str) -> Any:
         return getattr(self.component, attribute)
 

@@ -62,6 +62,20 @@ class TrainerGroup:
             pending = [(r, r.submit("weights")) for r in self.ranks]
         return wait_all(pending, "weights", self.timeout_s)[0]
 
-    def call_all(self, method: str, *args):
-        """Runs ``method`` on every rank (for collectives such as checkpoint save/load)."""
-        return wait_all([(r, r.submit(method, *args)) for r in self.ranks], method, self.timeout_s)
+    def apply_all(self, fn, *args) -> list:
+        """Runs ``fn(rank_trainer, *args)`` on every rank concurrently (collectives such as a
+        DCP save or load need all ranks)."""
+        name = getattr(fn, "__name__", "apply")
+        return wait_all([(r, r.submit_host("apply", fn, *args)) for r in self.ranks], name, self.timeout_s)
+
+    def save_state(self, folder: str) -> None:
+        """Model + optimizer as DCP shards (every rank writes its own), loadable at any world size."""
+        from heron.parallel.train_state import save_train_state
+
+        self.apply_all(save_train_state, folder)
+
+    def load_state(self, folder: str) -> int:
+        from heron.parallel.train_state import load_train_state
+
+        self.version = self.apply_all(load_train_state, folder)[0]
+        return self.version
