@@ -68,6 +68,8 @@ class Components:
 
     def close(self) -> None:
         """Stops actors and the Ray session the executor started (no-op locally); idempotent."""
+        if hasattr(self.generator, "close"):
+            self.generator.close()  # async generation: stop the background thread first
         if self.executor is not None:
             self.executor.close()
 
@@ -92,16 +94,32 @@ def build_components(cfg: HeronConfig) -> Components:
         if cfg.eval.max_prompts:
             eval_prompts = eval_prompts[: cfg.eval.max_prompts]
         evaluator = Evaluator(eval_prompts, formatter, scorer.fn, cfg.eval.max_new_tokens)
+    sampler = EpochSampler(prompts, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
+    generator = RolloutGenerator(engine, formatter, cfg.rollout, cfg.run.seed)
+    if cfg.loop.mode == "async":
+        sampler, generator = build_async_generation(cfg, sampler, generator)
     return Components(
         cfg=cfg,
         tokenizer=tokenizer,
-        sampler=EpochSampler(prompts, seed=cfg.run.seed, shuffle=cfg.data.shuffle),
-        generator=RolloutGenerator(engine, formatter, cfg.rollout, cfg.run.seed),
+        sampler=sampler,
+        generator=generator,
         engine=engine,
         scorer=scorer,
         trainer=trainer,
         evaluator=evaluator,
         executor=executor,
+    )
+
+
+def build_async_generation(cfg: HeronConfig, sampler: EpochSampler, generator: RolloutGenerator):
+    """``loop.mode: async``: the sampler looks ahead and rollout k+1 is generated during train(k)."""
+    from heron.data.lookahead import LookaheadSampler
+    from heron.rollout.async_generator import AsyncRolloutGenerator
+
+    lookahead = LookaheadSampler(sampler)
+    return lookahead, AsyncRolloutGenerator(
+        generator, lookahead, batch_size=cfg.rollout.batch_size, num_rollouts=cfg.rollout.num_rollouts,
+        max_staleness=cfg.loop.max_staleness, log_path=Path(cfg.run.dir) / "staleness.jsonl",
     )
 
 

@@ -96,6 +96,7 @@ class RLRun:
             "reward/std": statistics.pstdev(rewards),
             "response/length_mean": statistics.fmean(lengths),
             "response/truncated_fraction": statistics.fmean(s.finish_reason == "length" for s in batch.samples),
+            "staleness/max": max(batch.rollout_id - s.policy_version for s in batch.samples),
             **{f"train/{k}": v for k, v in train_metrics.items()},
             **eval_metrics,
             **{k: v for k, v in self.timings.items() if not k.startswith("_")},

@@ -9,6 +9,7 @@ from heron.config.base import apply_overrides, build, check, doc, load_yaml
 from heron.config.cluster import ClusterConfig
 from heron.config.data import DataConfig
 from heron.config.eval import EvalConfig
+from heron.config.loop import LoopConfig
 from heron.config.model import ModelConfig
 from heron.config.reward import RewardConfig
 from heron.config.rollout import RolloutConfig
@@ -37,6 +38,7 @@ class HeronConfig:
     colocate: bool = doc(
         "Trainer and rollout engines share devices (sleep/wake arbitrates); false gives engines their own.", False
     )
+    loop: LoopConfig = doc("Sync or one-step off-policy async rollouts.", factory=LoopConfig)
     # --- end cluster ---
 
     def __post_init__(self):
@@ -58,6 +60,10 @@ class HeronConfig:
         check(
             world == 1 or self.cluster.backend == "ray",
             f"train.world_size={world} needs cluster.backend=ray (the local backend runs one trainer rank)",
+        )
+        check(
+            self.loop.mode == "sync" or (self.cluster.backend == "ray" and not self.colocate),
+            "loop.mode=async needs disaggregated engines: set cluster.backend=ray and colocate=false",
         )
         mini = self.rollout.num_samples // max(self.train.steps_per_rollout, 1)
         check(
