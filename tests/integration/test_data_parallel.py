@@ -62,19 +62,21 @@ def _run(cfg):
 
 
 @pytest.mark.parametrize(
-    "parallel,colocate,transport",
-    [("fsdp2", "false", "object_store"), ("ddp", "true", "disk")],
-    ids=["fsdp2-disaggregated-object_store", "ddp-colocated-disk"],
+    "parallel,colocate,transport,num_engines",
+    [("fsdp2", "false", "object_store", 1), ("ddp", "true", "disk", 2)],
+    ids=["fsdp2-disaggregated-object_store-1engine", "ddp-colocated-disk-2engines"],
 )
-def test_two_ranks_equal_one_process(ray_session, toy_model_dir, toy_data_path, tmp_path, parallel, colocate, transport):
+def test_two_ranks_equal_one_process(
+    ray_session, toy_model_dir, toy_data_path, tmp_path, parallel, colocate, transport, num_engines
+):
     local = _run(_config(toy_model_dir, toy_data_path, tmp_path / "local"))
     ray_run = _run(_config(
         toy_model_dir, toy_data_path, tmp_path / "ray", "cluster.backend=ray", "train.world_size=2",
         f"train.parallel={parallel}", "cluster.cpus_per_bundle=0.5", f"colocate={colocate}",
-        f"cluster.weight_transport={transport}",
+        f"cluster.weight_transport={transport}", f"cluster.num_engines={num_engines}",
     ))
     (local_tokens, local_metrics, local_weights, local_served), (ray_tokens, ray_metrics, ray_weights, ray_served) = local, ray_run
-    assert ray_tokens == local_tokens  # the engine actor samples what the local engine samples
+    assert ray_tokens == local_tokens  # the engine actors sample what the local engine samples, in order
     assert local_served == ray_served == NUM_ROLLOUTS
     for local_m, ray_m in zip(local_metrics, ray_metrics):
         assert local_m.keys() == ray_m.keys()
