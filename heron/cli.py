@@ -10,6 +10,7 @@ from pathlib import Path
 
 from heron.cluster.errors import ClusterError
 from heron.config.base import ConfigError
+from heron.errors import UserError
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -39,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except ConfigError as e:
         print(f"heron: config error: {e}", file=sys.stderr)
+        return 2
+    except UserError as e:
+        print(f"heron: error: {e}", file=sys.stderr)
         return 2
     except ClusterError as e:  # a dead, hung or unplaceable actor (already shut down)
         print(f"heron: cluster error: {e}", file=sys.stderr)

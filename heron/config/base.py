@@ -16,10 +16,12 @@ from typing import Any, Literal, Mapping, TypeVar, get_args, get_origin
 
 import yaml
 
+from heron.errors import UserError
+
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A user mistake in the configuration; the message is one line that names the fix."""
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from heron.errors import UserError
 from heron.records import Prompt
 
 
-class DataError(ValueError):
+class DataError(UserError):
     """A dataset problem, named with file and line."""
 
 

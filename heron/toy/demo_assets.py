@@ -11,13 +11,14 @@ from heron.toy.model import ToyModelSpec, create_toy_model
 MAX_DIGITS = 2
 
 
-def create_demo_assets(out: Path, seed: int = 0) -> dict[str, Path]:
+def create_demo_assets(out: Path, seed: int = 0, max_digits: int = MAX_DIGITS, num_train: int = 4000) -> dict[str, Path]:
     """Writes ``data/{train,test}.jsonl`` and ``toy-model/`` under ``out`` (skips what exists)."""
-    paths = {"train": out / "data" / "train.jsonl", "test": out / "data" / "test.jsonl", "model": out / "toy-model"}
-    if not paths["train"].exists():
-        write_splits(out / "data", seed=seed, max_digits=MAX_DIGITS, num_train=4000, num_test=200)
+    data = out / "data"
+    paths = {"train": data / "train.jsonl", "test": data / "test.jsonl", "sft": data / "sft.jsonl", "model": out / "toy-model"}
+    if not paths["sft"].exists():
+        write_splits(data, seed=seed, max_digits=max_digits, num_train=num_train, num_test=min(200, num_train // 4))
     if not (paths["model"] / "config.json").exists():
-        corpus = [p.text + p.label for p in make_prompts(4000, seed + 7, MAX_DIGITS)]
+        corpus = [p.text + p.label + "." for p in make_prompts(4000, seed + 7, max_digits)]
         create_toy_model(paths["model"], corpus, ToyModelSpec(seed=seed))
     return paths
 
@@ -29,7 +30,9 @@ def run_demo(run_dir: Path, config_path: str, overrides: list[str]) -> list[dict
 
     start = time.perf_counter()
     assets = create_demo_assets(run_dir)
-    base = [f"run.dir={run_dir}", f"data.path={assets['train']}", f"eval.path={assets['test']}"]
+    base = [
+        f"run.dir={run_dir}", f"data.path={assets['train']}", f"eval.path={assets['test']}", f"sft.path={assets['sft']}"
+    ]
     sft_cfg = load_config(config_path, [*base, f"model.path={assets['model']}", *overrides])
     sft_model = run_sft(sft_cfg)
     rl_cfg = load_config(config_path, [*base, f"model.path={sft_model}", *overrides])

@@ -1,0 +1,6 @@
+"""User-facing errors. A ``UserError`` is a mistake in what the user gave heron (config,
+data, hooks, checkpoints); the CLI prints its one-line message and exits 2, no traceback."""
+
+
+class UserError(ValueError):
+    """Base of every error whose message alone tells the user what is wrong and how to fix it."""

@@ -1,0 +1,105 @@
+"""The trainer against the engine and against itself: logprob consistency, micro-batching
+equivalence, weight push, SFT."""
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from heron.algo.advantages import ADVANTAGE_ESTIMATORS
+from heron.algo.assign import assign_advantages
+from heron.config.algo import AlgoConfig
+from heron.config.rollout import RolloutConfig
+from heron.config.train import TrainConfig
+from heron.records import Prompt
+from heron.reward.scorer import RewardScorer
+from heron.rollout.embedded import EmbeddedEngine
+from heron.rollout.generator import RolloutGenerator
+from heron.rollout.prompt_format import PromptFormatter
+from heron.trainer.batch import collate
+from heron.trainer.objectives import PolicyObjective, SFTObjective
+from heron.trainer.policy_trainer import PolicyTrainer
+
+PROMPTS = [Prompt(i, t, l) for i, (t, l) in enumerate([("12+30=", "42"), ("7+5=", "12"), ("100+23=", "123"), ("1+1=", "2")])]
+
+
+def _rollout(model_dir, temperature=1.0, samples_per_prompt=4):
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    engine = EmbeddedEngine.from_pretrained(model_dir, pad_token_id=tok.pad_token_id)
+    cfg = RolloutConfig(batch_size=4, samples_per_prompt=samples_per_prompt, max_new_tokens=6, temperature=temperature)
+    gen = RolloutGenerator(engine, PromptFormatter(tok), cfg, seed=0)
+    batch = RewardScorer.from_name("exact_match").score(gen.generate(0, PROMPTS))
+    # random rewards give non-zero advantages on an untrained model
+    g = torch.Generator().manual_seed(0)
+    for s in batch.samples:
+        s.reward = float(torch.rand((), generator=g) > 0.5)
+    assign_advantages(batch, ADVANTAGE_ESTIMATORS["grpo"])
+    return tok, engine, collate(batch.samples, tok.pad_token_id)
+
+
+def _trainer(model_dir, temperature=1.0, **train_kw):
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    cfg = TrainConfig(lr=1e-3, **train_kw)
+    return PolicyTrainer(model, cfg, PolicyObjective(AlgoConfig()), total_steps=10, temperature=temperature)
+
+
+def test_engine_logprobs_equal_trainer_recomputed_logprobs(toy_model_dir):
+    for temperature in (1.0, 0.7):
+        _, _, batch = _rollout(toy_model_dir, temperature)
+        trainer = _trainer(toy_model_dir, temperature)
+        recomputed = trainer.compute_logprobs(batch)
+        assert batch.loss_mask.sum() > 0
+        torch.testing.assert_close(recomputed, batch.old_logprobs, atol=2e-5, rtol=0)
+
+
+def test_micro_batching_gives_the_full_batch_update(toy_model_dir):
+    _, _, batch = _rollout(toy_model_dir)
+    # Adam's first step is ~lr * sign(g): round-off in near-zero gradients would flip signs.
+    # A large eps makes the update ~lr * g, so equal gradients show up as equal parameters.
+    full = _trainer(toy_model_dir, micro_batch_size=16, eps=1.0)
+    micro = _trainer(toy_model_dir, micro_batch_size=4, eps=1.0)
+    m_full, m_micro = full.train(batch), micro.train(batch)
+    for (name, a), b in zip(full.model.named_parameters(), micro.model.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
+    assert abs(m_full["loss"] - m_micro["loss"]) < 1e-5
+    assert abs(m_full["grad_norm"] - m_micro["grad_norm"]) < 1e-4
+
+
+def test_train_changes_weights_returns_metrics_and_push_updates_engine(toy_model_dir):
+    tok, engine, batch = _rollout(toy_model_dir)
+    trainer = _trainer(toy_model_dir, steps_per_rollout=2, micro_batch_size=4)
+    before = {k: v.clone() for k, v in trainer.weights().items()}
+    metrics = trainer.train(batch)
+    assert set(metrics) >= {"loss", "pg_loss", "clip_fraction", "entropy", "grad_norm", "lr", "policy_drift_kl"}
+    assert trainer.version == 1
+    assert any(not torch.equal(before[k], v) for k, v in trainer.weights().items())
+    engine.load_weights(trainer.weights(), trainer.version)
+    assert engine.policy_version == 1
+    for k, v in engine.model.state_dict().items():
+        assert torch.equal(v, trainer.weights()[k]), k
+    # after the push the engine's logprobs are the trainer's again
+    torch.testing.assert_close(trainer.compute_logprobs(batch), _rescore(engine, batch), atol=2e-5, rtol=0)
+
+
+def _rescore(engine, batch):
+    from heron.trainer.logprobs import forward_logprobs
+
+    with torch.no_grad():
+        return forward_logprobs(engine.model, batch.input_ids, batch.attention_mask)[0] * batch.loss_mask
+
+
+def test_kl_to_reference_is_zero_before_training_and_positive_after(toy_model_dir):
+    _, _, batch = _rollout(toy_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(toy_model_dir)
+    ref = AutoModelForCausalLM.from_pretrained(toy_model_dir)
+    trainer = PolicyTrainer(model, TrainConfig(lr=1e-2), PolicyObjective(AlgoConfig(kl_coef=0.1)), total_steps=4, reference=ref)
+    first = trainer.train(batch)
+    second = trainer.train(batch)
+    assert first["kl"] < 1e-10
+    assert second["kl"] > 1e-6
+
+
+def test_sft_objective_lowers_the_loss(toy_model_dir):
+    _, _, batch = _rollout(toy_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(toy_model_dir)
+    trainer = PolicyTrainer(model, TrainConfig(lr=3e-3, recompute_old_logprobs=False, micro_batch_size=16), SFTObjective(), total_steps=20)
+    losses = [trainer.train(batch)["loss"] for _ in range(20)]
+    assert losses[-1] < 0.5 * losses[0]
