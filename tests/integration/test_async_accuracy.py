@@ -1,5 +1,8 @@
-"""Slow: async mode trains the demo task (SFT warm start, then RL) to the same held-out
-accuracy band as sync mode, on real Ray with disaggregated engines."""
+"""Slow: async mode trains the toy task as well as sync mode, on real Ray with disaggregated
+engines. The task is the e2e one (tests/e2e/test_toy_run.py): after SFT the answers carry a
+trailing period the reward rejects, and RL must find the bare format. Both modes must raise
+the reward, and end in the same band: last-4-rollout mean reward within 0.15, held-out
+greedy accuracy within 0.2 (the easy split has 15 test prompts: 0.2 is 3 prompts)."""
 
 from __future__ import annotations
 
@@ -10,22 +13,26 @@ from heron.loop import train
 from heron.sft import run_sft
 from heron.toy.demo_assets import create_demo_assets
 
-DEMO = "configs/demo.yaml"
-BAND = 0.10  # |accuracy(async) - accuracy(sync)| on 100 held-out prompts
-
 
 @pytest.mark.slow
 def test_async_reaches_sync_accuracy(ray_session, tmp_path):
-    assets = create_demo_assets(tmp_path)
-    base = [f"data.path={assets['train']}", f"eval.path={assets['test']}", "eval.max_prompts=100",
-            "tracking.progress=false", "tracking.summary=false"]
-    sft_model = run_sft(load_config(DEMO, [*base, f"run.dir={tmp_path}/sft", f"model.path={assets['model']}"]))
-    final = {}
+    assets = create_demo_assets(tmp_path / "assets", max_digits=1, num_train=60)
+    common = [
+        f"data.path={assets['train']}", f"eval.path={assets['test']}", f"sft.path={assets['sft']}",
+        "sft.num_steps=300", "sft.batch_size=32", "rollout.num_rollouts=12", "rollout.batch_size=8",
+        "rollout.samples_per_prompt=8", "rollout.max_new_tokens=4", "train.lr=5e-4", "train.micro_batch_size=32",
+        "eval.interval=12", "tracking.progress=false", "tracking.summary=false",
+    ]
+    sft_model = run_sft(load_config(None, [f"run.dir={tmp_path / 'sft'}", f"model.path={assets['model']}", *common]), progress=False)
+    reward, accuracy = {}, {}
     for mode in ("sync", "async"):
-        records = train(load_config(DEMO, [
-            *base, f"run.dir={tmp_path}/{mode}", f"model.path={sft_model}", "cluster.backend=ray",
+        records = train(load_config(None, [
+            *common, f"run.dir={tmp_path / mode}", f"model.path={sft_model}", "cluster.backend=ray",
             "cluster.cpus_per_bundle=1", "colocate=false", f"loop.mode={mode}",
         ]))
-        final[mode] = records[-1]["eval/accuracy"]
-    print(f"final eval/accuracy: {final}")
-    assert abs(final["async"] - final["sync"]) <= BAND, final
+        rewards = [r["reward/mean"] for r in records]
+        print(mode, "rewards", [round(r, 2) for r in rewards], "accuracy", records[-1]["eval/accuracy"])
+        assert sum(rewards[-4:]) / 4 > rewards[0] + 0.2, (mode, rewards)
+        reward[mode], accuracy[mode] = sum(rewards[-4:]) / 4, records[-1]["eval/accuracy"]
+    assert abs(reward["async"] - reward["sync"]) <= 0.15, reward
+    assert abs(accuracy["async"] - accuracy["sync"]) <= 0.2, accuracy
