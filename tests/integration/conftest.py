@@ -1,5 +1,5 @@
-"""Integration fixtures: one small Ray session per test module (num_cpus=2, no dashboard),
-always shut down, also when a test fails."""
+"""Integration fixtures: one small Ray (num_cpus=2, no dashboard) shared across tests, always
+shut down at the end, also when a test fails."""
 
 from __future__ import annotations
 
@@ -9,15 +9,33 @@ from pathlib import Path
 import pytest
 
 
-@pytest.fixture(scope="module")
-def ray_session(request):
+@pytest.fixture(scope="session")
+def _ray_shutdown_at_end(request):
+    import ray
+
+    request.addfinalizer(ray.shutdown)
+
+
+@pytest.fixture
+def ray_session(_ray_shutdown_at_end):
+    """A Ray shared by the tests that ask for it (started once, ~5 s, re-started if a test
+    that owns its own Ray shut it down); shut down at the end of the session, also on failure."""
     import ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if not ray.is_initialized():
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    request.addfinalizer(ray.shutdown)
     return ray
+
+
+@pytest.fixture
+def no_ray():
+    """For tests of a run that starts and stops Ray itself."""
+    import ray
+
+    ray.shutdown()
+    yield
+    ray.shutdown()
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from heron.cluster.errors import ClusterError
 from heron.config.root import load_config
 from heron.rl_run import RLRun
 
-CALL_TIMEOUT_S = 8
+CALL_TIMEOUT_S = 6
 
 
 def _config(toy_model_dir, toy_data_path, tmp_path, *extra):

@@ -21,7 +21,7 @@ def _config(toy_model_dir, toy_data_path, tmp_path, world_size=2):
     ])
 
 
-def test_loop_runs_on_ray_and_shuts_it_down(toy_model_dir, toy_data_path, tmp_path):
+def test_loop_runs_on_ray_and_shuts_it_down(no_ray, toy_model_dir, toy_data_path, tmp_path):
     assert not ray.is_initialized()
     try:
         records = train(_config(toy_model_dir, toy_data_path, tmp_path))
@@ -34,7 +34,7 @@ def test_loop_runs_on_ray_and_shuts_it_down(toy_model_dir, toy_data_path, tmp_pa
     assert (tmp_path / "metrics.jsonl").is_file()
 
 
-def test_interrupt_shuts_ray_down(toy_model_dir, toy_data_path, tmp_path):
+def test_interrupt_shuts_ray_down(no_ray, toy_model_dir, toy_data_path, tmp_path):
     """Ctrl-C raises KeyboardInterrupt in the main thread; the run's exit path must stop Ray."""
     with pytest.raises(KeyboardInterrupt):
         try:
