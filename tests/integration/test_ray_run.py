@@ -3,6 +3,8 @@ evaluates through the engine actor, and leaves no Ray behind -- also when interr
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import ray
 
@@ -45,3 +47,21 @@ def test_interrupt_shuts_ray_down(no_ray, toy_model_dir, toy_data_path, tmp_path
             started = ray.is_initialized()
             ray.shutdown()
     assert not started
+
+
+def test_cli_exits_nonzero_naming_the_problem_and_stops_ray(no_ray, toy_model_dir, toy_data_path, tmp_path, capsys):
+    """A placement group the cluster cannot hold: `heron train` fails within the start-up
+    deadline with the sizes involved, exit status 1, and leaves no Ray running."""
+    from heron.cli import main
+
+    overrides = [
+        f"model.path={toy_model_dir}", f"data.path={toy_data_path}", "eval.path=", f"run.dir={tmp_path}",
+        "cluster.backend=ray", "cluster.cpus_per_bundle=4", "cluster.startup_timeout_s=3", "tracking.progress=false",
+    ]
+    start = time.monotonic()
+    status = main(["train", *overrides])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert status == 1
+    assert err.startswith("heron: cluster error: placement group of 2 bundles x {'CPU': 4.0} was not ready within 3s")
+    assert time.monotonic() - start < 60
+    assert not ray.is_initialized()
