@@ -24,6 +24,7 @@ class ComponentHost:
         torch.set_num_threads(max(1, num_threads))
         self.name = name
         self.component: Any = None
+        self.weight_group = None  # heron.weights.broadcast.WeightBroadcastGroup, if joined
 
     def rendezvous_address(self) -> tuple[str, int]:
         """This node's address and a free TCP port: the trainer group's rendezvous point."""
@@ -49,6 +50,20 @@ class ComponentHost:
 
         state = getattr(self.component, method)()
         return save_weight_file(state, folder, version) if state else None
+
+    def join_weight_group(self, addr: str, port: int, rank: int, size: int, timeout_s: float) -> None:
+        from heron.weights.broadcast import WeightBroadcastGroup
+
+        self.weight_group = WeightBroadcastGroup(addr, port, rank, size, timeout_s)
+
+    def send_weights(self, version: int) -> None:
+        """Trainer rank 0: gathers the weights (with the other ranks) and broadcasts them."""
+        self.weight_group.send(self.component.weights(), version)
+
+    def receive_weights(self, version: int) -> int:
+        """Engines: receives the broadcast, loads it; returns the version now served."""
+        self.component.load_weights(self.weight_group.receive(version), version)
+        return self.component.policy_version
 
     def apply(self, fn: Callable, *args) -> Any:
         """Runs ``fn(component, *args)``: free functions over the component (e.g. DCP state I/O)."""

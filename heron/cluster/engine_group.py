@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import ray
 
-from heron.cluster.remote_call import ActorRef, wait_all
+from heron.cluster.remote_call import ActorRef, PendingBroadcast, wait_all
 from heron.records import Generation, GenerationRequest
 from heron.weights.version import WeightVersionError
 from heron.weights.wire import WeightFile, to_wire
@@ -47,7 +47,12 @@ class RemoteEngine:
         return [g for chunk in wait_all(pending, "generate", self.timeout_s) for g in chunk]
 
     def load_weights(self, state: Mapping | WeightFile, version: int) -> None:
-        """``state``: a tensor or numpy state dict (sent through the object store) or a
-        ``WeightFile`` (each engine reads the file)."""
+        """``state``: a tensor or numpy state dict (sent through the object store), a
+        ``WeightFile`` (each engine reads the file) or a ``PendingBroadcast`` (each engine
+        receives from trainer rank 0)."""
+        if isinstance(state, PendingBroadcast):
+            receivers = [(e, e.submit_host("receive_weights", version)) for e in self.engines]
+            wait_all(receivers + state.sender, "load_weights (broadcast)", self.timeout_s)
+            return
         payload = state if isinstance(state, WeightFile) else ray.put(to_wire(dict(state)))
         wait_all([(e, e.submit("load_weights", payload, version)) for e in self.engines], "load_weights", self.timeout_s)

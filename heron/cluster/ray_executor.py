@@ -33,6 +33,7 @@ class RayExecutor:
         self.cfg = cfg
         self.cluster = cfg.cluster
         self.actors: list[ActorRef] = []
+        self.engines: list[ActorRef] = []
         self.group = None
         self.closed = False
         self.started_ray = start_ray(cfg.cluster)
@@ -62,6 +63,7 @@ class RayExecutor:
 
         engines = [self._spawn(f"engine-{e}", b) for e, b in enumerate(self.plan.engine_bundles)]
         self._build_all([(e, e.submit_host("build", build_engine, self.cfg, pad_token_id)) for e in engines], "build engine")
+        self.engines = engines
         return RemoteEngine(engines, self.cluster.call_timeout_s)
 
     def trainer(self) -> TrainerGroup:
@@ -72,8 +74,21 @@ class RayExecutor:
             [(r, r.submit_host("build", build_trainer_rank, self.cfg, i, world, addr, port)) for i, r in enumerate(ranks)],
             "build trainer rank",
         )
+        if self.cluster.weight_transport == "broadcast":
+            self._join_weight_group(ranks[0])
         weight_dir = self.cluster.weight_dir or str(Path(self.cfg.run.dir).resolve() / "weights")
         return TrainerGroup(ranks, self.cfg, weight_dir)
+
+    def _join_weight_group(self, sender: ActorRef) -> None:
+        """Trainer rank 0 (rank 0) and the engines (1..E) form the broadcast group. Needs the
+        engines: ``engine()`` runs before ``trainer()``."""
+        members = [sender, *self.engines]
+        addr, port = wait_all([(sender, sender.submit_host("rendezvous_address"))], "rendezvous", self.cluster.startup_timeout_s)[0]
+        self._build_all(
+            [(m, m.submit_host("join_weight_group", addr, port, i, len(members), self.cluster.collective_timeout_s))
+             for i, m in enumerate(members)],
+            "join weight group",
+        )
 
     def close(self) -> None:
         """Kills this run's actors, removes its placement group, stops Ray if it started it."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from heron.cluster.remote_call import ActorRef, wait_all
+from heron.cluster.remote_call import ActorRef, PendingBroadcast, wait_all
 from heron.parallel.shard_batch import shard_for_ranks
 from heron.trainer.batch import TrainBatch
 
@@ -55,12 +55,21 @@ class TrainerGroup:
         return metrics[0]
 
     def weights(self):
-        """Rank 0's full weights: a numpy state dict, or a ``WeightFile`` (disk transport)."""
+        """Rank 0's full weights: a numpy state dict, a ``WeightFile`` (disk transport), or a
+        ``PendingBroadcast`` that the engines complete by receiving (broadcast transport)."""
+        if self.transport == "broadcast":  # rank 0 sends once the engines receive: do not wait here
+            pending = [(self.ranks[0], self.ranks[0].submit_host("send_weights", self.version))]
+            pending += [(r, r.submit("weights")) for r in self.ranks[1:]]  # join the all-gather
+            return PendingBroadcast(pending, self.version)
         if self.transport == "disk":
             pending = [(r, r.submit_host("call_to_file", "weights", self.weight_dir, self.version)) for r in self.ranks]
         else:
             pending = [(r, r.submit("weights")) for r in self.ranks]
         return wait_all(pending, "weights", self.timeout_s)[0]
+
+    def gather_weights(self) -> dict:
+        """Rank 0's full weights as numpy arrays, whatever the transport (tests, export)."""
+        return wait_all([(r, r.submit("weights")) for r in self.ranks], "weights", self.timeout_s)[0]
 
     def apply_all(self, fn, *args) -> list:
         """Runs ``fn(rank_trainer, *args)`` on every rank concurrently (collectives such as a

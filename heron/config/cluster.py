@@ -20,8 +20,9 @@ class ClusterConfig:
     num_engines: int = doc("Rollout engine actors (ray backend); requests are split evenly across them.", 1)
     device: Literal["cpu", "cuda"] = doc("Device kind of each bundle: cpu (gloo) or cuda (nccl, one GPU per bundle).", "cpu")
     cpus_per_bundle: float = doc("CPUs reserved by each placement bundle (one bundle per device).", 1.0)
-    weight_transport: Literal["object_store", "disk"] = doc(
-        "Disaggregated weight push: numpy arrays through Ray's object store, or a safetensors folder on disk.",
+    weight_transport: Literal["object_store", "disk", "broadcast"] = doc(
+        "Weight push: numpy arrays through Ray's object store, a safetensors folder on disk, or a "
+        "torch.distributed broadcast from trainer rank 0 to the engines.",
         "object_store",
     )
     weight_dir: str = doc("Folder for weight_transport=disk (shared by all nodes); empty = <run.dir>/weights.", "")

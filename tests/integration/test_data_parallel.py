@@ -55,16 +55,17 @@ def _run(cfg):
             tokens.append([s.response_tokens for s in batch.samples])
             metrics.append(run.train(batch))
             run.push_weights()  # checks the engine serves the trainer's version
-        weights = run.c.trainer.weights()
+        trainer = run.c.trainer
+        weights = trainer.gather_weights() if hasattr(trainer, "gather_weights") else trainer.weights()
         served = run.c.engine.policy_version
-    weights = {k: v.clone() for k, v in from_wire(weights).items()}  # numpy, WeightFile or tensors
+    weights = {k: v.clone() for k, v in from_wire(weights).items()}  # numpy or tensors
     return tokens, metrics, weights, served
 
 
 @pytest.mark.parametrize(
     "parallel,colocate,transport,num_engines",
-    [("fsdp2", "false", "object_store", 1), ("ddp", "true", "disk", 2)],
-    ids=["fsdp2-disaggregated-object_store-1engine", "ddp-colocated-disk-2engines"],
+    [("fsdp2", "false", "broadcast", 1), ("ddp", "true", "disk", 2)],
+    ids=["fsdp2-disaggregated-broadcast-1engine", "ddp-colocated-disk-2engines"],
 )
 def test_two_ranks_equal_one_process(
     ray_session, toy_model_dir, toy_data_path, tmp_path, parallel, colocate, transport, num_engines
