@@ -31,6 +31,11 @@ class ClusterConfig:
     startup_timeout_s: float = doc("Deadline for Ray start, placement group reservation and actor start, in seconds.", 120.0)
 
     def __post_init__(self):
+        check(
+            self.device == "cpu",
+            "cluster.device=cuda is not supported yet: trainer and engines place their tensors on the CPU "
+            "(GPU bundles, nccl and torch_memory_saver are described in docs/cluster.md); use cluster.device=cpu",
+        )
         check(self.num_cpus >= 1, f"cluster.num_cpus must be >= 1, got {self.num_cpus}")
         check(self.num_engines >= 1, f"cluster.num_engines must be >= 1, got {self.num_engines}")
         check(self.cpus_per_bundle > 0, f"cluster.cpus_per_bundle must be > 0, got {self.cpus_per_bundle}")

@@ -68,6 +68,10 @@ def test_cluster_config_rules():
         load_config(None, [*base, "train.world_size=2"])
     with pytest.raises(ConfigError, match="must divide the mini-batch of 8"):
         load_config(None, [*base, "train.world_size=3", "cluster.backend=ray"])
+    with pytest.raises(ConfigError, match="cluster.device=cuda is not supported yet"):
+        load_config(None, [*base, "cluster.device=cuda"])
+    with pytest.raises(ConfigError, match="loop.mode=async needs disaggregated engines"):
+        load_config(None, [*base, "loop.mode=async", "cluster.backend=ray", "colocate=true"])
     with pytest.raises(ConfigError, match="call_timeout_s must be > 0"):
         load_config(None, [*base, "cluster.call_timeout_s=0"])
     cfg = load_config(None, [*base, "train.world_size=2", "cluster.backend=ray", "train.parallel=ddp"])
