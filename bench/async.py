@@ -21,7 +21,7 @@ NUM_ROLLOUTS = 8
 SETTINGS = [
     "rollout.batch_size=8", "rollout.samples_per_prompt=4", "rollout.max_new_tokens=24",
     "train.micro_batch_size=8", "train.steps_per_rollout=2", "eval.path=", "tracking.progress=false",
-    "tracking.summary=false", "cluster.backend=ray", "cluster.cpus_per_bundle=1", "colocate=false",
+    "tracking.summary=false", "checkpoint.enabled=false", "cluster.backend=ray", "cluster.cpus_per_bundle=1", "colocate=false",
     f"rollout.num_rollouts={NUM_ROLLOUTS}",
 ]
 

@@ -31,7 +31,17 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--run-dir", default=None, help="output folder (default runs/demo-<time>)")
     demo.add_argument("--config", default=str(Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"))
     demo.add_argument("overrides", nargs="*", help="key.sub=value overrides")
+    _add_ckpt_parser(sub)
     return parser
+
+
+def _add_ckpt_parser(sub) -> None:
+    ckpt = sub.add_parser("ckpt", help="list, inspect and export checkpoints").add_subparsers(dest="action", required=True)
+    ckpt.add_parser("list", help="checkpoints in a folder, newest first, verified").add_argument("dir")
+    ckpt.add_parser("inspect", help="rollout id, sizes, config and validity of one checkpoint").add_argument("ckpt")
+    export = ckpt.add_parser("export-hf", help="write an HF folder (from_pretrained) from a checkpoint")
+    export.add_argument("ckpt")
+    export.add_argument("out")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,9 +66,13 @@ def _load(args):
 
 
 def cmd_train(args) -> int:
+    from heron.plugins.run_hooks import load_run_hooks
+
+    cfg = _load(args)
+    load_run_hooks(cfg)  # a wrong hook fails here, before torch is even imported
     from heron.loop import train
 
-    train(_load(args))
+    train(cfg)
     return 0
 
 
@@ -72,8 +86,11 @@ def cmd_sft(args) -> int:
 def cmd_check(args) -> int:
     from heron.components import check_inputs
 
+    from heron.plugins.run_hooks import load_run_hooks
+
     cfg = _load(args)
     check_inputs(cfg)
+    load_run_hooks(cfg)
     print(f"config ok: {cfg.rollout.num_rollouts} rollouts x {cfg.rollout.num_samples} samples -> {cfg.run.dir}")
     return 0
 
@@ -103,9 +120,25 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_ckpt(args) -> int:
+    from heron.checkpoint.catalog import inspect_lines, list_lines
+
+    if args.action == "list":
+        print("\n".join(list_lines(args.dir)))
+    elif args.action == "inspect":
+        lines = inspect_lines(args.ckpt)
+        print("\n".join(lines))
+        return 0 if "INVALID" not in lines[0] else 1
+    else:
+        from heron.checkpoint.hf_export import export_checkpoint
+
+        print(f"wrote {export_checkpoint(args.ckpt, args.out)}")
+    return 0
+
+
 COMMANDS = {
     "train": cmd_train, "sft": cmd_sft, "check": cmd_check, "config": cmd_config,
-    "toy": cmd_toy, "demo": cmd_demo,
+    "toy": cmd_toy, "demo": cmd_demo, "ckpt": cmd_ckpt,
 }
 
 if __name__ == "__main__":

@@ -10,10 +10,11 @@ import torch
 from heron.algo.advantages import ADVANTAGE_ESTIMATORS
 from heron.cluster.executor import Executor, build_executor
 from heron.config.root import HeronConfig
-from heron.data.jsonl import load_prompts
-from heron.data.sampler import EpochSampler
-from heron.evaluator import Evaluator
-from heron.records import Prompt
+from heron.data.dataset import load_prompts
+from heron.data.source import PromptDataSource
+from heron.evaluator import EvalSuite, Evaluator
+from heron.plugins.hooks import DataSource
+from heron.plugins.run_hooks import RunHooks, load_run_hooks
 from heron.reward.scorer import RewardScorer
 from heron.rollout.embedded import EmbeddedEngine
 from heron.rollout.engine import RolloutEngine
@@ -46,8 +47,9 @@ def check_inputs(cfg: HeronConfig) -> None:
 
     if not (Path(cfg.model.path) / "config.json").is_file():
         raise ConfigError(f"model.path '{cfg.model.path}' is not an HF model folder (no config.json)")
-    for key, path in (("data.path", cfg.data.path), ("eval.path", cfg.eval.path)):
-        if path and not Path(path).is_file():
+    paths = [("data.path", cfg.data.path)] + [(f"eval.sets.{k}" if k else "eval.path", v) for k, v in cfg.eval.named_paths.items()]
+    for key, path in paths:
+        if path and not Path(path).exists():
             raise ConfigError(f"{key} '{path}' does not exist")
 
 
@@ -55,16 +57,17 @@ def check_inputs(cfg: HeronConfig) -> None:
 class Components:
     cfg: HeronConfig
     tokenizer: object
-    sampler: EpochSampler[Prompt]
+    sampler: DataSource  # the data source (hooks.data_source or the built-in PromptDataSource)
     generator: RolloutGenerator
     engine: RolloutEngine
     scorer: RewardScorer
     trainer: PolicyTrainer  # or heron.cluster.trainer_group.TrainerGroup (same verbs)
-    evaluator: Evaluator | None
+    evaluator: EvalSuite | None
+    hooks: RunHooks
     executor: Executor | None = None  # where engine and trainer run; owns their shutdown
 
     def advantage_estimator(self):
-        return ADVANTAGE_ESTIMATORS[self.cfg.algo.advantage]
+        return self.hooks.advantage or ADVANTAGE_ESTIMATORS[self.cfg.algo.advantage]
 
     def close(self) -> None:
         """Stops actors and the Ray session the executor started (no-op locally); idempotent."""
@@ -76,47 +79,49 @@ class Components:
 
 def build_components(cfg: HeronConfig) -> Components:
     check_inputs(cfg)
+    hooks = load_run_hooks(cfg)  # user code is loaded and checked before anything heavy
+    data_source = (hooks.data_source or PromptDataSource)(cfg.data, cfg.run.seed)
+    eval_sets = {name: load_prompts(path, cfg.data) for name, path in cfg.eval.named_paths.items()} if cfg.eval.enabled else {}
     torch.manual_seed(cfg.run.seed)
     tokenizer = load_tokenizer(cfg.model.path)
-    formatter = PromptFormatter(tokenizer)
-    prompts = load_prompts(cfg.data.path, cfg.data.prompt_key, cfg.data.label_key)
-    scorer = RewardScorer.from_name(cfg.reward.fn)
+    formatter = PromptFormatter(tokenizer, cfg.data.apply_chat_template)
+    scorer = RewardScorer(hooks.reward_fn, cfg.reward, hooks.reward_scope)
     executor = build_executor(cfg)  # local: this process; ray: actors (heron.cluster)
     try:
         engine = executor.engine(tokenizer.pad_token_id)
-        trainer = executor.trainer()
+        trainer = executor.trainer(hooks.policy_loss)
     except BaseException:
         executor.close()
         raise
-    evaluator = None
-    if cfg.eval.enabled:
-        eval_prompts = load_prompts(cfg.eval.path, cfg.data.prompt_key, cfg.data.label_key)
-        if cfg.eval.max_prompts:
-            eval_prompts = eval_prompts[: cfg.eval.max_prompts]
-        evaluator = Evaluator(eval_prompts, formatter, scorer.fn, cfg.eval.max_new_tokens)
-    sampler = EpochSampler(prompts, seed=cfg.run.seed, shuffle=cfg.data.shuffle)
-    generator = RolloutGenerator(engine, formatter, cfg.rollout, cfg.run.seed)
+    evaluators = [
+        Evaluator(prompts[: cfg.eval.max_prompts or None], formatter, scorer, cfg.eval.max_new_tokens, name=name)
+        for name, prompts in eval_sets.items()
+    ]
+    generator = RolloutGenerator(
+        engine, formatter, cfg.rollout, cfg.run.seed, custom=hooks.custom_generate(cfg), hook_args=cfg.hooks.args
+    )
     if cfg.loop.mode == "async":
-        sampler, generator = build_async_generation(cfg, sampler, generator)
+        data_source, generator = build_async_generation(cfg, data_source, generator)
     return Components(
         cfg=cfg,
         tokenizer=tokenizer,
-        sampler=sampler,
+        sampler=data_source,
         generator=generator,
         engine=engine,
         scorer=scorer,
         trainer=trainer,
-        evaluator=evaluator,
+        evaluator=EvalSuite(evaluators) if evaluators else None,
+        hooks=hooks,
         executor=executor,
     )
 
 
-def build_async_generation(cfg: HeronConfig, sampler: EpochSampler, generator: RolloutGenerator):
-    """``loop.mode: async``: the sampler looks ahead and rollout k+1 is generated during train(k)."""
+def build_async_generation(cfg: HeronConfig, data_source: DataSource, generator: RolloutGenerator):
+    """``loop.mode: async``: the data source looks ahead and rollout k+1 is generated during train(k)."""
     from heron.data.lookahead import LookaheadSampler
     from heron.rollout.async_generator import AsyncRolloutGenerator
 
-    lookahead = LookaheadSampler(sampler)
+    lookahead = LookaheadSampler(data_source)
     return lookahead, AsyncRolloutGenerator(
         generator, lookahead, batch_size=cfg.rollout.batch_size, num_rollouts=cfg.rollout.num_rollouts,
         max_staleness=cfg.loop.max_staleness, log_path=Path(cfg.run.dir) / "staleness.jsonl",
@@ -132,11 +137,12 @@ def build_engine(cfg: HeronConfig, pad_token_id: int) -> EmbeddedEngine:
     )
 
 
-def build_policy_trainer(cfg: HeronConfig, parallelize=None, trainer_cls=PolicyTrainer) -> PolicyTrainer:
+def build_policy_trainer(cfg: HeronConfig, policy_loss=None, parallelize=None, trainer_cls=PolicyTrainer) -> PolicyTrainer:
     """The policy trainer (in this process, or one rank inside a trainer actor).
-    ``parallelize(model) -> model`` applies data parallelism before the optimizer is built."""
+    ``policy_loss``: the ``hooks.policy_loss`` hook, if any. ``parallelize(model) -> model``
+    applies data parallelism before the optimizer is built."""
     model = load_model(cfg.model.path, cfg.model.dtype)
-    objective = PolicyObjective(cfg.algo)
+    objective = PolicyObjective(cfg.algo, policy_loss=policy_loss)
     return trainer_cls(
         parallelize(model) if parallelize else model,
         cfg.train,

@@ -1,6 +1,6 @@
 """The RL loop. One screen: every step is a named call into the run's components.
 
-    generate -> reward -> advantages -> train -> push weights -> eval -> log
+    generate -> reward -> advantages -> postprocess -> train -> push weights -> eval -> log -> checkpoint
 
 Variants (colocated or not, local or Ray, sync or async) live inside the components, never here.
 """
@@ -20,8 +20,10 @@ def train(cfg: HeronConfig) -> list[dict]:
             batch = run.generate(rollout_id)
             batch = run.reward(batch)
             batch = run.advantages(batch)
+            batch = run.postprocess(batch)
             train_metrics = run.train(batch)
             run.push_weights()
             eval_metrics = run.evaluate(rollout_id)
             records.append(run.log(batch, train_metrics, eval_metrics))
+            run.checkpoint(rollout_id)
     return records

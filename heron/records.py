@@ -29,6 +29,8 @@ class Prompt:
     text: str
     label: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    # chat datasets: the conversation to encode with the chat template (text = last user turn)
+    messages: list[dict[str, str]] | None = None
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from heron.algo.assign import assign_advantages
+from heron.checkpoint.checkpointer import Checkpointer
 from heron.components import Components, build_components
 from heron.config.base import to_dict
 from heron.config.root import HeronConfig
+from heron.plugins.postprocess import apply_postprocess, checked_prompts
 from heron.records import RolloutBatch
 from heron.tracking.tracker import Tracker
 from heron.trainer.batch import collate
@@ -23,8 +25,9 @@ class RLRun:
         self.cfg = cfg
         self.run_dir = Path(cfg.run.dir)
         self.c: Components = build_components(cfg)
-        try:
-            self.start_rollout = 0
+        try:  # a failure after the components exist must still stop their actors
+            self.checkpointer = Checkpointer(cfg, self.run_dir)  # resume: checks fit, restores state
+            self.start_rollout = self.checkpointer.resume(self.c)
             self.timings: dict[str, float] = {}
             self.run_dir.mkdir(parents=True, exist_ok=True)
             _write_config(cfg, self.run_dir / "config.yaml")
@@ -36,11 +39,14 @@ class RLRun:
     def __enter__(self) -> "RLRun":
         return self
 
-    def __exit__(self, *exc) -> None:
-        try:
-            self.tracker.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        try:  # waits for an async save in flight; raises its error unless already failing
+            self.checkpointer.close(raise_error=exc_type is None)
         finally:
-            self.c.close()  # stops actors and the Ray session a ray backend started
+            try:
+                self.tracker.close()
+            finally:
+                self.c.close()  # stops actors and the Ray session a ray backend started
 
     def rollout_ids(self) -> range:
         return range(self.start_rollout, self.cfg.rollout.num_rollouts)
@@ -54,7 +60,7 @@ class RLRun:
     def generate(self, rollout_id: int) -> RolloutBatch:
         self.timings = {"_start": time.perf_counter()}
         with self._timed("generate"):
-            prompts = self.c.sampler.take(self.cfg.rollout.batch_size)
+            prompts = checked_prompts(self.c.sampler.get_samples(self.cfg.rollout.batch_size), self.cfg)
             return self.c.generator.generate(rollout_id, prompts)
 
     def reward(self, batch: RolloutBatch) -> RolloutBatch:
@@ -64,6 +70,10 @@ class RLRun:
     def advantages(self, batch: RolloutBatch) -> RolloutBatch:
         return assign_advantages(batch, self.c.advantage_estimator())
 
+    def postprocess(self, batch: RolloutBatch) -> RolloutBatch:
+        """hooks.rollout_data_postprocess(config, rollout_id, rollout_data), if configured."""
+        return apply_postprocess(self.c.hooks.rollout_data_postprocess, self.cfg.hooks, batch)
+
     def train(self, batch: RolloutBatch) -> dict[str, float]:
         with self._timed("train"):
             return self.c.trainer.train(collate(batch.samples, self.c.tokenizer.pad_token_id))
@@ -72,6 +82,10 @@ class RLRun:
         with self._timed("push_weights"):
             self.c.engine.load_weights(self.c.trainer.weights(), self.c.trainer.version)
             check_served_versions(served_versions(self.c.engine), self.c.trainer.version)
+
+    def checkpoint(self, rollout_id: int) -> None:
+        """Saves every ``checkpoint.interval`` rollouts and after the last (see heron.checkpoint)."""
+        self.checkpointer.maybe_save(rollout_id, self.c)
 
     def evaluate(self, rollout_id: int) -> dict[str, float]:
         """Eval before the first rollout (``rollout_id=-1``), every ``eval.interval`` and at the end."""
@@ -84,7 +98,9 @@ class RLRun:
 
     def _eval_due(self, rollout_id: int) -> bool:
         last = self.cfg.rollout.num_rollouts - 1
-        return rollout_id == -1 or rollout_id == last or (rollout_id + 1) % self.cfg.eval.interval == 0
+        if rollout_id == -1:
+            return self.start_rollout == 0  # a resumed run already has its initial eval
+        return rollout_id == last or (rollout_id + 1) % self.cfg.eval.interval == 0
 
     def log(self, batch: RolloutBatch, train_metrics: dict, eval_metrics: dict) -> dict:
         rewards = [s.reward for s in batch.samples]
@@ -97,6 +113,7 @@ class RLRun:
             "response/length_mean": statistics.fmean(lengths),
             "response/truncated_fraction": statistics.fmean(s.finish_reason == "length" for s in batch.samples),
             "staleness/max": max(batch.rollout_id - s.policy_version for s in batch.samples),
+            **self.c.scorer.metrics(),
             **{f"train/{k}": v for k, v in train_metrics.items()},
             **eval_metrics,
             **{k: v for k, v in self.timings.items() if not k.startswith("_")},

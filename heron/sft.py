@@ -13,7 +13,7 @@ from tqdm import tqdm
 from heron.components import check_inputs, load_model, load_tokenizer
 from heron.config.root import HeronConfig
 from heron.config.train import TrainConfig
-from heron.data.jsonl import load_prompts
+from heron.data.dataset import load_prompts
 from heron.data.sampler import EpochSampler
 from heron.records import Prompt, Sample
 from heron.rollout.prompt_format import PromptFormatter
@@ -40,11 +40,15 @@ def supervised_sample(prompt: Prompt, formatter: PromptFormatter, eos_id: int, s
 def run_sft(cfg: HeronConfig, progress: bool = True) -> Path:
     """Trains ``sft.num_steps`` steps and writes the model + tokenizer to the SFT output folder."""
     check_inputs(cfg)
+    if not (cfg.sft.path or cfg.data.path):
+        from heron.config.base import ConfigError
+
+        raise ConfigError("heron sft needs supervised examples: set sft.path or data.path")
     torch.manual_seed(cfg.run.seed)
     tokenizer = load_tokenizer(cfg.model.path)
-    formatter = PromptFormatter(tokenizer)
+    formatter = PromptFormatter(tokenizer, cfg.data.apply_chat_template)
     sampler = EpochSampler(
-        load_prompts(cfg.sft.path or cfg.data.path, cfg.data.prompt_key, cfg.data.label_key), seed=cfg.run.seed
+        load_prompts(cfg.sft.path or cfg.data.path, cfg.data), seed=cfg.run.seed
     )
     train_cfg = TrainConfig(
         lr=cfg.sft.lr, warmup_steps=max(1, cfg.sft.num_steps // 20), lr_schedule="cosine",
@@ -52,11 +56,13 @@ def run_sft(cfg: HeronConfig, progress: bool = True) -> Path:
     )
     trainer = PolicyTrainer(load_model(cfg.model.path, cfg.model.dtype), train_cfg, SFTObjective(), total_steps=cfg.sft.num_steps)
     start = time.perf_counter()
-    bar = tqdm(range(cfg.sft.num_steps), desc="sft", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(range(cfg.sft.num_steps), desc="sft", disable=None if progress else True, mininterval=1.0, dynamic_ncols=True)
     for step in bar:
         samples = [supervised_sample(p, formatter, tokenizer.eos_token_id, step) for p in sampler.take(cfg.sft.batch_size)]
         metrics = trainer.train(collate(samples, tokenizer.pad_token_id))
         bar.set_postfix(loss=f"{metrics['loss']:.3f}")
+        if progress and bar.disable and (step + 1) % max(1, cfg.sft.num_steps // 5) == 0:
+            print(f"sft: step {step + 1}/{cfg.sft.num_steps} loss {metrics['loss']:.4f}", flush=True)
     out = trainer.export_hf(sft_output_dir(cfg), tokenizer)
     print(f"sft: {cfg.sft.num_steps} steps in {time.perf_counter() - start:.1f}s, final loss {metrics['loss']:.4f} -> {out}")
     return out

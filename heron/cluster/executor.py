@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 class Executor(Protocol):
     def engine(self, pad_token_id: int): ...
 
-    def trainer(self): ...
+    def trainer(self, policy_loss=None): ...
 
     def close(self) -> None: ...
 
@@ -34,10 +34,10 @@ class LocalExecutor:
 
         return build_engine(self.cfg, pad_token_id)
 
-    def trainer(self):
+    def trainer(self, policy_loss=None):
         from heron.components import build_policy_trainer
 
-        return build_policy_trainer(self.cfg)
+        return build_policy_trainer(self.cfg, policy_loss)
 
     def close(self) -> None:
         pass

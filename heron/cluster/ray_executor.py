@@ -66,7 +66,9 @@ class RayExecutor:
         self.engines = engines
         return RemoteEngine(engines, self.cluster.call_timeout_s)
 
-    def trainer(self) -> TrainerGroup:
+    def trainer(self, policy_loss=None) -> TrainerGroup:
+        """``policy_loss`` is not shipped: each rank re-loads the hooks from the config (user
+        code referenced by file path does not pickle by reference)."""
         world = self.cfg.train.world_size
         ranks = [self._spawn(f"trainer-rank-{r}", b) for r, b in enumerate(self.plan.trainer_bundles)]
         addr, port = wait_all([(ranks[0], ranks[0].submit_host("rendezvous_address"))], "rendezvous", self.cluster.startup_timeout_s)[0]

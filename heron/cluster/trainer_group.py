@@ -28,6 +28,7 @@ def build_trainer_rank(cfg: "HeronConfig", rank: int, world_size: int, master_ad
     from heron.components import build_policy_trainer
     from heron.parallel.data_parallel import apply_data_parallel, init_process_group
     from heron.parallel.dp_trainer import DataParallelTrainer
+    from heron.plugins.run_hooks import load_run_hooks
 
     init_process_group(
         rank, world_size, master_addr, master_port,
@@ -35,7 +36,8 @@ def build_trainer_rank(cfg: "HeronConfig", rank: int, world_size: int, master_ad
     )
     torch.manual_seed(cfg.run.seed)
     return build_policy_trainer(
-        cfg, parallelize=partial(apply_data_parallel, kind=cfg.train.parallel), trainer_cls=DataParallelTrainer
+        cfg, load_run_hooks(cfg).policy_loss,
+        parallelize=partial(apply_data_parallel, kind=cfg.train.parallel), trainer_cls=DataParallelTrainer,
     )
 
 

@@ -25,11 +25,20 @@ class ConfigError(UserError):
     """A user mistake in the configuration; the message is one line that names the fix."""
 
 
-def doc(text: str, default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING) -> Any:
-    """A dataclass field with a one-line description (shown by ``heron config --help``)."""
+def doc(
+    text: str, default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, key: str | None = None
+) -> Any:
+    """A dataclass field with a one-line description (shown by ``heron config --help``).
+    ``key`` is the YAML key when it differs from the Python name (``async`` -> ``async_``)."""
+    metadata = {"doc": text, **({"key": key} if key else {})}
     if factory is not dataclasses.MISSING:
-        return dataclasses.field(default_factory=factory, metadata={"doc": text})
-    return dataclasses.field(default=default, metadata={"doc": text})
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def _key(f: dataclasses.Field) -> str:
+    """The YAML key of a field: its ``doc(key=...)`` alias, else its Python name."""
+    return f.metadata.get("key", f.name)
 
 
 def check(condition: bool, message: str) -> None:
@@ -42,17 +51,17 @@ def build(cls: type[T], data: Mapping[str, Any] | None, path: str = "") -> T:
     """Builds dataclass ``cls`` from ``data``, checking every key and value type."""
     data = dict(data or {})
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    fields = {_key(f): f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     for key in data:
         if key not in fields:
             close = difflib.get_close_matches(str(key), fields, n=1)
             hint = f"; did you mean '{_join(path, close[0])}'?" if close else f"; valid keys: {', '.join(fields)}"
             raise ConfigError(f"unknown config key '{_join(path, key)}'{hint}")
     kwargs = {}
-    for name, f in fields.items():
-        key = _join(path, name)
-        if name in data:
-            kwargs[name] = _coerce(data[name], hints[name], key)
+    for yaml_key, f in fields.items():
+        name, key = f.name, _join(path, yaml_key)
+        if yaml_key in data:
+            kwargs[name] = _coerce(data[yaml_key], hints[name], key)
         elif dataclasses.is_dataclass(hints[name]):
             kwargs[name] = build(hints[name], {}, key)  # absent section: defaults, still validated
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
@@ -133,7 +142,7 @@ def _coerce_scalar(value: Any, hint: Any, key: str) -> Any:
 def to_dict(obj: Any) -> Any:
     """The plain-data form of a config (for YAML dumps, digests and checkpoints)."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {_key(f): to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):
@@ -181,7 +190,7 @@ def field_docs(cls: type, prefix: str = "") -> list[tuple[str, str, Any]]:
     rows = []
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        key = _join(prefix, f.name)
+        key = _join(prefix, _key(f))
         if dataclasses.is_dataclass(hints[f.name]):
             rows.extend(field_docs(hints[f.name], key))
         else:

@@ -1,12 +1,56 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
-from heron.config.base import doc
+from heron.config.base import check, doc
+
+
+@dataclass(frozen=True)
+class RemoteRewardConfig:
+    """A reward model behind HTTP (reward.fn=remote): POST {prompt, response, label, metadata}
+    as JSON to ``url``, answer {"reward": float}."""
+
+    url: str = doc("Endpoint of the reward server, e.g. http://127.0.0.1:8000/score.", "")
+    timeout_s: float = doc("Timeout of one HTTP request, in seconds.", 10.0)
+    max_retries: int = doc("Retries after a failed request (connection error, timeout, HTTP 5xx).", 2)
+    backoff_s: float = doc("Wait before the first retry, doubled each retry, in seconds.", 0.2)
+
+    def __post_init__(self):
+        check(self.timeout_s > 0, f"reward.remote.timeout_s must be > 0, got {self.timeout_s}")
+        check(self.max_retries >= 0, f"reward.remote.max_retries must be >= 0, got {self.max_retries}")
+        check(self.backoff_s >= 0, f"reward.remote.backoff_s must be >= 0, got {self.backoff_s}")
+
+
+BUILTIN_REWARD_NAMES = ("exact_match", "numeric_match", "math", "remote")
 
 
 @dataclass(frozen=True)
 class RewardConfig:
-    """How samples are scored."""
+    """How samples are scored, and what happens when scoring fails."""
 
-    fn: str = doc("Reward function: a built-in name (exact_match) or a hook path module:function.", "exact_match")
+    fn: str = doc(
+        "Reward function: a built-in (exact_match, numeric_match, math, remote) or a hook path module:function.",
+        "exact_match",
+    )
+    scope: Literal["sample", "group", "batch"] = doc(
+        "What one call of a hook reward.fn scores: one response, one group, or the whole batch (built-ins: sample).",
+        "sample",
+    )
+    on_error: Literal["fail", "penalize"] = doc(
+        "A reward call that raises or times out: fail stops the run; penalize gives failure_value, counts and logs it.",
+        "penalize",
+    )
+    failure_value: float = doc("Reward of a sample whose reward call failed (reward.on_error=penalize).", 0.0)
+    timeout_s: float = doc("Longest a reward call may take, in seconds; 0 = no limit.", 0.0)
+    max_concurrency: int = doc("Reward calls in flight at once (threads for sync functions, tasks for async).", 1)
+    remote: RemoteRewardConfig = doc("The HTTP reward model used by reward.fn=remote.", factory=RemoteRewardConfig)
+
+    def __post_init__(self):
+        check(self.timeout_s >= 0, f"reward.timeout_s must be >= 0, got {self.timeout_s}")
+        check(self.max_concurrency >= 1, f"reward.max_concurrency must be >= 1, got {self.max_concurrency}")
+        check(
+            self.fn not in BUILTIN_REWARD_NAMES or self.scope == "sample",
+            f"reward.scope={self.scope} applies to hook rewards only; the built-in reward.fn={self.fn} scores per sample",
+        )
+        check(self.fn != "remote" or self.remote.url != "", "reward.fn=remote needs reward.remote.url=http://127.0.0.1:<port>/...")

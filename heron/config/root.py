@@ -6,9 +6,11 @@ from dataclasses import dataclass
 
 from heron.config.algo import AlgoConfig
 from heron.config.base import apply_overrides, build, check, doc, load_yaml
+from heron.config.checkpoint import CheckpointConfig
 from heron.config.cluster import ClusterConfig
 from heron.config.data import DataConfig
 from heron.config.eval import EvalConfig
+from heron.config.hooks import HooksConfig
 from heron.config.loop import LoopConfig
 from heron.config.model import ModelConfig
 from heron.config.reward import RewardConfig
@@ -33,6 +35,8 @@ class HeronConfig:
     eval: EvalConfig = doc("Held-out evaluation.", factory=EvalConfig)
     sft: SFTConfig = doc("Supervised warm start (heron sft).", factory=SFTConfig)
     tracking: TrackingConfig = doc("Progress, summaries, metrics, plots.", factory=TrackingConfig)
+    hooks: HooksConfig = doc("User hooks: generate, post-process, advantage, loss, data source.", factory=HooksConfig)
+    checkpoint: CheckpointConfig = doc("Saving, resuming and HF export.", factory=CheckpointConfig)
     # --- cluster (issue 6) ---
     cluster: ClusterConfig = doc("Executor (local or Ray), placement and deadlines.", factory=ClusterConfig)
     colocate: bool = doc(
@@ -42,6 +46,10 @@ class HeronConfig:
     # --- end cluster ---
 
     def __post_init__(self):
+        check(
+            self.data.path != "" or self.hooks.data_source != "",
+            "data.path is required: set data.path=<prompts.jsonl|.parquet|hf folder> (or hooks.data_source)",
+        )
         self._check_cluster()
         mini = self.rollout.num_samples // self.train.steps_per_rollout
         check(
@@ -64,6 +72,11 @@ class HeronConfig:
         check(
             self.loop.mode == "sync" or (self.cluster.backend == "ray" and not self.colocate),
             "loop.mode=async needs disaggregated engines: set cluster.backend=ray and colocate=false",
+        )
+        check(
+            self.cluster.backend == "local" or not self.checkpoint.enabled,
+            "checkpoints are not wired to cluster.backend=ray yet (trainer-rank DCP state exists in "
+            "heron.parallel.train_state); set checkpoint.enabled=false",
         )
         mini = self.rollout.num_samples // max(self.train.steps_per_rollout, 1)
         check(

@@ -6,20 +6,30 @@ sample_index): sampling randomness never depends on batching, and resume is exac
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from heron.config.rollout import RolloutConfig
 from heron.records import GenerationRequest, Group, Prompt, RolloutBatch, Sample, SamplingParams
 from heron.rollout.engine import RolloutEngine
 from heron.rollout.prompt_format import PromptFormatter
 from heron.seeding import derive_seed
 
+if TYPE_CHECKING:
+    from heron.rollout.custom_generate import CustomGenerate
+
 
 class RolloutGenerator:
-    def __init__(self, engine: RolloutEngine, formatter: PromptFormatter, cfg: RolloutConfig, seed: int):
+    def __init__(
+        self, engine: RolloutEngine, formatter: PromptFormatter, cfg: RolloutConfig, seed: int,
+        custom: CustomGenerate | None = None, hook_args: dict[str, Any] | None = None,
+    ):
         self.engine = engine
         self.formatter = formatter
         self.cfg = cfg
         self.seed = seed
         self.stop_token_ids = formatter.stop_token_ids(cfg.stop)
+        self.custom = custom  # hooks.generate, replaces the single-turn sampling below
+        self.hook_args = hook_args or {}
 
     def params(self, seed: int, greedy: bool = False, max_new_tokens: int | None = None) -> SamplingParams:
         return SamplingParams(
@@ -32,6 +42,11 @@ class RolloutGenerator:
         )
 
     def generate(self, rollout_id: int, prompts: list[Prompt]) -> RolloutBatch:
+        if self.custom is not None:
+            from heron.rollout.generate_context import GenerateContext
+
+            ctx = GenerateContext(rollout_id, self.engine, self.formatter, self.cfg, self.seed, self.stop_token_ids, self.hook_args)
+            return RolloutBatch(rollout_id, self.engine.policy_version, self.custom.groups(ctx, prompts))
         n = self.cfg.samples_per_prompt
         requests = [
             GenerationRequest(

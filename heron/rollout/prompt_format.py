@@ -6,14 +6,25 @@ from heron.records import Prompt
 
 
 class PromptFormatter:
-    """Plain-text prompts (the text is tokenized as is); responses are decoded without
-    special tokens, so a trailing EOS is not part of the text a reward sees."""
+    """Plain-text prompts (the text is tokenized as is), or, with ``apply_chat_template``, the
+    tokenizer's chat template over the prompt's messages (default: one user turn holding the
+    text) plus the generation prompt. Responses are decoded without special tokens, so a
+    trailing EOS is not part of the text a reward sees."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, apply_chat_template: bool = False):
         self.tokenizer = tokenizer
+        self.apply_chat_template = apply_chat_template
+        if apply_chat_template and not getattr(tokenizer, "chat_template", None):
+            from heron.config.base import ConfigError
+
+            raise ConfigError("data.apply_chat_template=true but the tokenizer at model.path has no chat_template")
 
     def encode(self, prompt: Prompt) -> list[int]:
-        return self.tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
+        if not self.apply_chat_template:
+            return self.tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
+        messages = prompt.messages or [{"role": "user", "content": prompt.text}]
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def decode(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)

@@ -14,11 +14,13 @@ def plot_reward_curve(metrics: list[dict], evals: list[dict], out: Path) -> Path
     fig, ax = plt.subplots(figsize=(7, 4))
     xs = [m["rollout_id"] for m in metrics]
     ax.plot(xs, [m["reward/mean"] for m in metrics], label="train reward (mean)", color="tab:blue")
-    if evals:
-        ax.plot(
-            [e["rollout_id"] for e in evals], [e["eval/accuracy"] for e in evals],
-            "o-", label="held-out accuracy (greedy)", color="tab:orange",
-        )
+    keys = sorted({k for e in evals for k in e if k.endswith("accuracy")})  # eval/accuracy, eval/<set>/accuracy
+    colors = ["tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:olive"]
+    for i, key in enumerate(keys):
+        points = [(e["rollout_id"], e[key]) for e in evals if key in e]
+        name = key[len("eval/"):-len("accuracy")].strip("/")
+        label = f"held-out accuracy{f' ({name})' if name else ''} (greedy)"
+        ax.plot(*zip(*points), "o-", label=label, color=colors[i % len(colors)])
     ax.set_xlabel("rollout")
     ax.set_ylabel("reward / accuracy")
     ax.set_ylim(-0.02, 1.02)

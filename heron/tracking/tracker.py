@@ -20,7 +20,7 @@ class Tracker:
         self.evals = JsonlWriter(self.run_dir / "eval.jsonl")
         self.bar = tqdm(
             total=num_rollouts, initial=first_rollout, desc="rollouts", unit="rollout",
-            disable=not cfg.progress, dynamic_ncols=True,
+            disable=None if cfg.progress else True, dynamic_ncols=True,  # None: off when not a tty
         )
         self.tb = None
         if cfg.tensorboard:
@@ -42,7 +42,8 @@ class Tracker:
     def log_eval(self, rollout_id: int, policy_version: int, metrics: dict[str, float]) -> None:
         self.evals.write({"rollout_id": rollout_id, "policy_version": policy_version, **metrics})
         if self.cfg.summary:
-            self.print(f"eval after rollout {rollout_id}: accuracy={metrics['eval/accuracy']:.3f}")
+            accuracies = ", ".join(f"{k[5:]}={v:.3f}" for k, v in metrics.items() if k.endswith("accuracy"))
+            self.print(f"eval after rollout {rollout_id}: {accuracies}")
 
     def print(self, line: str) -> None:
         tqdm.write(line) if self.cfg.progress else print(line, flush=True)

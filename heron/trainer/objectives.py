@@ -13,7 +13,7 @@ import torch
 
 from heron.algo.kl import kl_penalty
 from heron.algo.masked import masked_sum
-from heron.algo.policy_loss import POLICY_LOSSES
+from heron.algo.policy_loss import POLICY_LOSSES, PolicyLossOutput
 from heron.config.algo import AlgoConfig
 from heron.trainer.batch import TrainBatch
 
@@ -34,9 +34,9 @@ class Objective(Protocol):
 class PolicyObjective:
     """loss = policy_loss(ratio, A) + kl_coef * KL(pi || pi_ref), token-level aggregation."""
 
-    def __init__(self, cfg: AlgoConfig):
+    def __init__(self, cfg: AlgoConfig, policy_loss=None):
         self.cfg = cfg
-        self.policy_loss = POLICY_LOSSES[cfg.loss]
+        self.policy_loss = policy_loss or POLICY_LOSSES[cfg.loss]  # policy_loss: the hooks.policy_loss hook
         self.needs_reference = cfg.kl_coef > 0
 
     def __call__(self, micro, logprobs, entropy, ref_logprobs, normalizer):
@@ -44,6 +44,8 @@ class PolicyObjective:
             logprobs, micro.old_logprobs, micro.advantages, micro.loss_mask,
             clip_low=self.cfg.clip_low, clip_high=self.cfg.clip_high, normalizer=normalizer,
         )
+        if not isinstance(out, PolicyLossOutput):
+            raise TypeError(f"policy loss {self.policy_loss!r} returned {type(out).__name__}, expected PolicyLossOutput")
         loss = out.loss
         metrics = {
             "pg_loss": out.loss.detach(),

@@ -106,6 +106,27 @@ class PolicyTrainer:
         """The current policy weights (live tensors, detached) for pushing to the engine."""
         return {k: v.detach() for k, v in self.model.state_dict().items()}
 
+    # --- checkpoint (heron.checkpoint) ---------------------------------------------------------
+    def save_checkpoint(self, writer, rollout_id: int, run_state: dict) -> None:
+        """Saves model, optimizer, scheduler and policy version through ``writer``
+        (``heron.checkpoint.writer.CheckpointWriter``). Needs the live tensors (device memory);
+        returns once they are staged, so the trainer may change or sleep afterwards, while an
+        async writer finishes the files in the background."""
+        trainer_state = {"version": self.version, "scheduler": self.scheduler.state_dict()}
+        writer.save(rollout_id, self.model, self.optimizer, {**run_state, "trainer": trainer_state})
+
+    def load_checkpoint(self, checkpoint, run_config: dict) -> None:
+        """Restores what ``save_checkpoint`` saved from a verified ``Checkpoint``, after checking
+        that it fits this model, optimizer and ``run_config`` (one-line error, nothing loaded,
+        if not). Needs device memory."""
+        from heron.checkpoint.reader import load_into
+        from heron.checkpoint.resume import check_fits
+
+        check_fits(checkpoint, self.model, self.optimizer, run_config)
+        load_into(checkpoint, self.model, self.optimizer)
+        self.scheduler.load_state_dict(checkpoint.state["trainer"]["scheduler"])
+        self.version = checkpoint.state["trainer"]["version"]
+
     def export_hf(self, out_dir: str | Path, tokenizer=None) -> Path:
         """Writes an HF folder (safetensors, config, generation config, tokenizer)."""
         out_dir = Path(out_dir)

@@ -21,7 +21,7 @@ def test_async_reaches_sync_accuracy(ray_session, tmp_path):
         f"data.path={assets['train']}", f"eval.path={assets['test']}", f"sft.path={assets['sft']}",
         "sft.num_steps=300", "sft.batch_size=32", "rollout.num_rollouts=12", "rollout.batch_size=8",
         "rollout.samples_per_prompt=8", "rollout.max_new_tokens=4", "train.lr=5e-4", "train.micro_batch_size=32",
-        "eval.interval=12", "tracking.progress=false", "tracking.summary=false",
+        "eval.interval=12", "tracking.progress=false", "checkpoint.enabled=false", "tracking.summary=false",
     ]
     sft_model = run_sft(load_config(None, [f"run.dir={tmp_path / 'sft'}", f"model.path={assets['model']}", *common]), progress=False)
     reward, accuracy = {}, {}

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 from heron.config.root import load_config
-from heron.data.jsonl import load_prompts
-from heron.data.sampler import EpochSampler
+from heron.config.data import DataConfig
+from heron.data.source import PromptDataSource
 from heron.rl_run import RLRun
 
 
@@ -16,7 +16,7 @@ def _config(toy_model_dir, toy_data_path, tmp_path, mode):
     return load_config(None, [
         f"model.path={toy_model_dir}", f"data.path={toy_data_path}", "eval.path=", f"run.dir={tmp_path}",
         "rollout.num_rollouts=3", "rollout.batch_size=2", "rollout.samples_per_prompt=2", "rollout.max_new_tokens=4",
-        "train.micro_batch_size=4", "tracking.progress=false", "tracking.summary=false",
+        "train.micro_batch_size=4", "tracking.progress=false", "checkpoint.enabled=false", "tracking.summary=false",
         "cluster.backend=ray", "cluster.cpus_per_bundle=0.5", "colocate=false", f"loop.mode={mode}",
     ])
 
@@ -36,8 +36,8 @@ def _run(cfg):
 
 def test_async_is_one_step_off_policy(ray_session, toy_model_dir, toy_data_path, tmp_path):
     prompts, versions, records = _run(_config(toy_model_dir, toy_data_path, tmp_path / "async", "async"))
-    sync_sampler = EpochSampler(load_prompts(str(toy_data_path), "prompt", "label"), seed=0)
-    assert prompts == [[p.prompt_id for p in sync_sampler.take(2)] for _ in range(3)]  # the sync prompt stream
+    sync_source = PromptDataSource(DataConfig(path=str(toy_data_path)), seed=0)
+    assert prompts == [[p.prompt_id for p in sync_source.get_samples(2)] for _ in range(3)]  # the sync prompt stream
     assert versions == [[0], [0], [1]]  # sync mode would give [0], [1], [2]
     assert [r["staleness/max"] for r in records] == [0, 1, 1]
     rows = [json.loads(line) for line in (tmp_path / "async" / "staleness.jsonl").read_text().splitlines()]

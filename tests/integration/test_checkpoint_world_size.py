@@ -28,7 +28,7 @@ def _config(toy_model_dir, tmp_path, world_size):
         f"model.path={toy_model_dir}", "data.path=unused.jsonl", f"run.dir={tmp_path}",
         "rollout.num_rollouts=2", "rollout.batch_size=4", "rollout.samples_per_prompt=2",
         "train.steps_per_rollout=2", "train.micro_batch_size=1", "train.lr=1e-3",
-        f"train.world_size={world_size}", *cluster,
+        f"train.world_size={world_size}", "checkpoint.enabled=false", *cluster,
     ])
 
 

@@ -23,7 +23,7 @@ def _config(toy_model_dir, toy_data_path, tmp_path, *extra):
     return load_config(None, [
         f"model.path={toy_model_dir}", f"data.path={toy_data_path}", "eval.path=", f"run.dir={tmp_path}",
         "rollout.num_rollouts=2", "rollout.batch_size=2", "rollout.samples_per_prompt=2", "rollout.max_new_tokens=4",
-        "train.micro_batch_size=2", "tracking.progress=false", "tracking.summary=false",
+        "train.micro_batch_size=2", "tracking.progress=false", "checkpoint.enabled=false", "tracking.summary=false",
         "cluster.backend=ray", "cluster.cpus_per_bundle=0.5", f"cluster.call_timeout_s={CALL_TIMEOUT_S}",
         "cluster.startup_timeout_s=60", *extra,
     ])

@@ -33,7 +33,7 @@ def _config(toy_model_dir, toy_data_path, tmp_path, *extra):
         f"model.path={toy_model_dir}", f"data.path={toy_data_path}", "eval.path=", f"run.dir={tmp_path}",
         f"rollout.num_rollouts={NUM_ROLLOUTS}", "rollout.batch_size=4", "rollout.samples_per_prompt=2",
         "rollout.max_new_tokens=8", "train.steps_per_rollout=2", "train.micro_batch_size=1", "train.lr=1e-3",
-        "tracking.progress=false", "tracking.summary=false", *extra,
+        "tracking.progress=false", "checkpoint.enabled=false", "tracking.summary=false", *extra,
     ])
 
 

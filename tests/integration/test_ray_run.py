@@ -18,7 +18,7 @@ def _config(toy_model_dir, toy_data_path, tmp_path, world_size=2):
         f"model.path={toy_model_dir}", f"data.path={toy_data_path}", f"eval.path={toy_data_path.parent / 'test.jsonl'}",
         "eval.interval=1", f"run.dir={tmp_path}", "rollout.num_rollouts=2", "rollout.batch_size=2",
         "rollout.samples_per_prompt=2", "rollout.max_new_tokens=4", "train.micro_batch_size=2",
-        "tracking.progress=false", "tracking.summary=false", "cluster.backend=ray", "cluster.num_cpus=2",
+        "tracking.progress=false", "checkpoint.enabled=false", "tracking.summary=false", "cluster.backend=ray", "cluster.num_cpus=2",
         f"train.world_size={world_size}", "cluster.cpus_per_bundle=0.5", "colocate=true",
     ])
 
@@ -56,7 +56,7 @@ def test_cli_exits_nonzero_naming_the_problem_and_stops_ray(no_ray, toy_model_di
 
     overrides = [
         f"model.path={toy_model_dir}", f"data.path={toy_data_path}", "eval.path=", f"run.dir={tmp_path}",
-        "cluster.backend=ray", "cluster.cpus_per_bundle=4", "cluster.startup_timeout_s=3", "tracking.progress=false",
+        "cluster.backend=ray", "cluster.cpus_per_bundle=4", "cluster.startup_timeout_s=3", "tracking.progress=false", "checkpoint.enabled=false",
     ]
     start = time.monotonic()
     status = main(["train", *overrides])

@@ -80,4 +80,5 @@ EXPECTED_CLI = {
     "config": [],
     "toy": ["--out"],
     "demo": ["--config", "--run-dir"],
+    "ckpt": [],
 }

@@ -63,11 +63,13 @@ def test_version_mismatch_names_the_engine():
 
 
 def test_cluster_config_rules():
-    base = ["model.path=m", "data.path=d", "rollout.batch_size=4", "rollout.samples_per_prompt=2"]
+    base = ["model.path=m", "data.path=d", "rollout.batch_size=4", "rollout.samples_per_prompt=2", "checkpoint.enabled=false"]
     with pytest.raises(ConfigError, match="needs cluster.backend=ray"):
         load_config(None, [*base, "train.world_size=2"])
     with pytest.raises(ConfigError, match="must divide the mini-batch of 8"):
         load_config(None, [*base, "train.world_size=3", "cluster.backend=ray"])
+    with pytest.raises(ConfigError, match="checkpoints are not wired to cluster.backend=ray yet"):
+        load_config(None, [*base[:-1], "cluster.backend=ray"])
     with pytest.raises(ConfigError, match="cluster.device=cuda is not supported yet"):
         load_config(None, [*base, "cluster.device=cuda"])
     with pytest.raises(ConfigError, match="loop.mode=async needs disaggregated engines"):

@@ -1,0 +1,97 @@
+"""The run's checkpoint policy: when to save (``checkpoint.interval``, always after the last
+rollout), what goes into the run state, and resume at start-up. ``RLRun`` holds one."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from heron.checkpoint.reader import Checkpoint
+from heron.checkpoint.resume import (
+    guard_run_dir, restore, select_checkpoint, set_aside_newer, truncate_run_files,
+)
+from heron.checkpoint.rng import capture_rng
+from heron.checkpoint.fingerprint import RESUME_CRITICAL, config_fingerprint, digest
+from heron.checkpoint.writer import CheckpointWriter
+from heron.config.base import to_dict
+
+log = logging.getLogger("heron.checkpoint")
+SAMPLING_SEEDS = "derive_seed(run_seed, rollout_id, prompt_id, sample_index) -- heron.seeding"
+
+
+class Checkpointer:
+    def __init__(self, cfg, run_dir: Path):
+        self.cfg = cfg  # the whole HeronConfig: its resume-critical parts go into every checkpoint
+        self.run_dir = Path(run_dir)
+        self.folder = Path(cfg.checkpoint.folder(str(run_dir)))
+        self.writer: CheckpointWriter | None = None
+        self.resumed_from: Checkpoint | None = None
+
+    def resume(self, components) -> int:
+        """Restores the run from ``checkpoint.load``; returns the first rollout id to run (0 if fresh)."""
+        checkpoint = select_checkpoint(self.cfg.checkpoint, self.folder)
+        if checkpoint is None:
+            guard_run_dir(self.run_dir, to_dict(self.cfg))
+            return 0
+        start = restore(checkpoint, components, to_dict(self.cfg))  # raises before loading if it does not fit
+        if self.cfg.checkpoint.load != "auto":
+            set_aside_newer(self.folder, checkpoint.rollout_id)
+        truncate_run_files(self.run_dir, checkpoint.rollout_id)
+        self.resumed_from = checkpoint
+        if start >= self.cfg.rollout.num_rollouts:
+            log.warning("resumed from %s: all %d rollouts are done", checkpoint.path, self.cfg.rollout.num_rollouts)
+        else:
+            log.warning("resumed from %s: continuing at rollout %d", checkpoint.path, start)
+        return start
+
+    def due(self, rollout_id: int) -> bool:
+        ckpt = self.cfg.checkpoint
+        last = rollout_id == self.cfg.rollout.num_rollouts - 1
+        return ckpt.enabled and (last or (ckpt.interval > 0 and (rollout_id + 1) % ckpt.interval == 0))
+
+    def maybe_save(self, rollout_id: int, components) -> bool:
+        """Saves after ``rollout_id`` if due; always surfaces a failed background save."""
+        if self.writer is not None:
+            self.writer.check()
+        if not self.due(rollout_id):
+            return False
+        components.trainer.save_checkpoint(self._writer(components), rollout_id, self.run_state(rollout_id, components))
+        return True
+
+    def run_state(self, rollout_id: int, components) -> dict:
+        config = to_dict(self.cfg)
+        fingerprint = config_fingerprint(config)
+        return {
+            "format": 1,
+            "rollout_id": rollout_id,
+            "policy_version": components.trainer.version,
+            "run_seed": self.cfg.run.seed,
+            "sampling_seeds": SAMPLING_SEEDS,
+            "sampler": components.sampler.state_dict(),
+            "rng": capture_rng(),
+            "config": config,
+            "config_digest": digest(fingerprint),
+            "config_digest_covers": list(RESUME_CRITICAL),
+            "fingerprint": {"config": fingerprint},
+        }
+
+    def _writer(self, components) -> CheckpointWriter:
+        if self.writer is None:
+            ckpt = self.cfg.checkpoint
+            self.writer = CheckpointWriter(
+                self.folder, async_save=ckpt.async_, keep_last=ckpt.keep_last,
+                hf_export=ckpt.hf_export, tokenizer=components.tokenizer,
+            )
+        return self.writer
+
+    def close(self, raise_error: bool = True) -> None:
+        """End of run: waits for the save in flight and raises its error (or, while the run is
+        already failing with another error, logs it so the first error is the one reported)."""
+        if self.writer is None:
+            return
+        try:
+            self.writer.close()
+        except Exception:
+            if raise_error:
+                raise
+            log.exception("the last checkpoint save failed")

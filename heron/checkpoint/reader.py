@@ -1,0 +1,73 @@
+"""Finding and opening checkpoints. A checkpoint is used only after its manifest verified
+(every file present with its size and crc32); the newest one that verifies wins, and every
+newer one that does not is named in a warning with the reason."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from heron.checkpoint.errors import CheckpointError
+from heron.checkpoint.layout import committed, leftovers, rollout_id_of
+from heron.checkpoint.manifest import total_bytes, verify
+from heron.checkpoint.writer import STATE_FILE
+
+log = logging.getLogger("heron.checkpoint")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A verified checkpoint folder and its run state (``state.json``)."""
+
+    path: Path
+    rollout_id: int
+    state: dict
+    num_bytes: int
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def open_checkpoint(path: str | Path, *, quick: bool = False) -> Checkpoint:
+    """Verifies ``path`` (sizes, and checksums unless ``quick``) and reads its state file;
+    raises a one-line ``CheckpointError`` if it is missing, incomplete or corrupt."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint {path} does not exist (expected a folder like rollout-000012)")
+    manifest = verify(path, quick=quick)
+    try:
+        state = json.loads((path / STATE_FILE).read_text())
+    except ValueError as e:
+        raise CheckpointError(f"checkpoint {path} is corrupt: {STATE_FILE} is not JSON ({e})") from None
+    rollout_id = state.get("rollout_id")
+    if not isinstance(rollout_id, int) or rollout_id != manifest.get("rollout_id"):
+        raise CheckpointError(f"checkpoint {path} is corrupt: rollout_id of {STATE_FILE} and manifest differ")
+    return Checkpoint(path=path, rollout_id=rollout_id, state=state, num_bytes=total_bytes(manifest))
+
+
+def find_latest(folder: str | Path) -> Checkpoint | None:
+    """The newest checkpoint in ``folder`` that verifies, or None. Warns about (and skips)
+    every newer folder that does not, and about unfinished temporary folders."""
+    for path in leftovers(Path(folder)):
+        log.warning("ignoring %s: a save or deletion that never finished", path)
+    for path in committed(Path(folder)):
+        try:
+            checkpoint = open_checkpoint(path)
+        except CheckpointError as e:
+            log.warning("skipping checkpoint %s: %s", path.name, e)
+            continue
+        if checkpoint.rollout_id != rollout_id_of(path):
+            log.warning("skipping checkpoint %s: it holds rollout %d", path.name, checkpoint.rollout_id)
+            continue
+        return checkpoint
+    return None
+
+
+def load_into(checkpoint: Checkpoint, model, optimizer) -> None:
+    """Loads the checkpoint's model (and optimizer) tensors into the live objects via DCP."""
+    from heron.checkpoint import dcp_io
+
+    dcp_io.load_into(model, optimizer, checkpoint.path)

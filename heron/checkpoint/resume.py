@@ -1,0 +1,117 @@
+"""Resume: pick the checkpoint (``checkpoint.load``), check that it fits, restore the run.
+
+Order matters: every check runs before anything is loaded or any file is changed, so a
+checkpoint that does not fit fails in one line with the run and its folders untouched. The
+fit check reads the trainer's tensors, so it runs inside ``PolicyTrainer.load_checkpoint``
+(an operation that declares it needs device memory), not from outside.
+
+What is restored (and so what the resumed run continues with): model and AdamW state (DCP),
+LR scheduler, policy version, data sampler (epoch, cursor), every RNG, and the engine's
+weights (pushed from the restored trainer with the restored version). Sampling seeds need no
+state: they derive from (run.seed, rollout_id, prompt_id, sample_index) and run.seed must match.
+The run's metrics.jsonl / eval.jsonl keep only rows up to the checkpoint's rollout: later rows
+were produced after the checkpoint and are produced again, identically, by the resumed run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+from heron.checkpoint.errors import CheckpointError
+from heron.checkpoint.fingerprint import (
+    check_config, check_model, check_optimizer, config_fingerprint, model_fingerprint, optimizer_fingerprint,
+)
+from heron.checkpoint.layout import committed, rollout_id_of
+from heron.checkpoint.reader import Checkpoint, find_latest, open_checkpoint
+from heron.checkpoint.rng import restore_rng
+from heron.config.checkpoint import CheckpointConfig
+
+log = logging.getLogger("heron.checkpoint")
+RUN_FILES = ("metrics.jsonl", "eval.jsonl")
+
+
+def select_checkpoint(cfg: CheckpointConfig, folder: Path) -> Checkpoint | None:
+    """``auto``: newest complete checkpoint in ``folder`` (or None); ``none``: None; else the path."""
+    if cfg.load == "none":
+        return None
+    if cfg.load == "auto":
+        return find_latest(folder)
+    return open_checkpoint(cfg.load)
+
+
+def check_fits(checkpoint: Checkpoint, model, optimizer, config_dict: dict) -> None:
+    """One-line ``CheckpointMismatchError`` if config, model shapes or optimizer structure differ."""
+    from heron.checkpoint.dcp_io import live_state
+
+    saved = checkpoint.state.get("fingerprint")
+    if not isinstance(saved, dict) or not {"config", "model", "optimizer"} <= set(saved):
+        raise CheckpointError(f"checkpoint {checkpoint.path} is corrupt: state.json has no fingerprint")
+    live = live_state(model, optimizer)
+    check_model(checkpoint.name, saved["model"], model_fingerprint(live["model"]))
+    check_optimizer(checkpoint.name, saved["optimizer"], optimizer_fingerprint(optimizer, live["optimizer"]))
+    check_config(checkpoint.name, saved["config"], config_fingerprint(config_dict))
+
+
+def guard_run_dir(run_dir: Path, config_dict: dict) -> None:
+    """A fresh start must not append to another run's metrics. If run.dir holds metrics of the
+    same run (its config.yaml has the same resume-critical config: it crashed before its first
+    checkpoint), the run restarts from scratch and its rows are dropped; otherwise it fails."""
+    import yaml
+
+    metrics = Path(run_dir) / "metrics.jsonl"
+    if not (metrics.is_file() and metrics.stat().st_size > 0):
+        return
+    try:
+        previous = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        previous = None
+    if isinstance(previous, dict) and config_fingerprint(previous) == config_fingerprint(config_dict):
+        log.warning("%s: same run, no checkpoint to resume from: restarting from rollout 0", run_dir)
+        truncate_run_files(run_dir, -2)  # -2: also the eval before rollout 0 (-1), which is redone
+        return
+    raise CheckpointError(
+        f"run.dir {run_dir} already holds metrics.jsonl of another run and no checkpoint is being resumed; "
+        f"choose a new run.dir, delete the old one, or resume it (checkpoint.load=auto)"
+    )
+
+
+def truncate_run_files(run_dir: Path, rollout_id: int) -> None:
+    """Drops rows with ``rollout_id`` > the checkpoint's from metrics.jsonl and eval.jsonl
+    (atomic rewrite); rows up to it are kept byte for byte."""
+    for name in RUN_FILES:
+        path = Path(run_dir) / name
+        if not path.is_file():
+            continue
+        lines = path.read_text().splitlines(keepends=True)
+        kept = [line for line in lines if line.strip() and json.loads(line).get("rollout_id", -1) <= rollout_id]
+        if len(kept) != len([line for line in lines if line.strip()]):
+            temp = path.with_name(f"{name}.tmp-{os.getpid()}")
+            temp.write_text("".join(kept))
+            os.replace(temp, path)
+            log.warning("%s: dropped %d rows after rollout %d (made after the checkpoint; they are redone)",
+                        path, len(lines) - len(kept), rollout_id)
+
+
+def set_aside_newer(folder: Path, rollout_id: int) -> None:
+    """After resuming from an older checkpoint by path, newer committed checkpoints in the run's
+    folder belong to an abandoned timeline: rename them (never delete) so ``auto`` skips them."""
+    for path in committed(folder):
+        if rollout_id_of(path) > rollout_id:
+            target = path.with_name(f"{path.name}.abandoned-{time.time_ns()}")
+            path.rename(target)
+            log.warning("moved %s to %s: newer than the checkpoint resumed from", path.name, target.name)
+
+
+def restore(checkpoint: Checkpoint, components, run_config: dict) -> int:
+    """Loads the checkpoint into the run's components (the trainer checks the fit first);
+    returns the first rollout to run."""
+    state = checkpoint.state
+    components.trainer.load_checkpoint(checkpoint, run_config)
+    components.sampler.load_state_dict(state["sampler"])
+    restore_rng(state["rng"])
+    components.engine.load_weights(components.trainer.weights(), components.trainer.version)
+    return checkpoint.rollout_id + 1

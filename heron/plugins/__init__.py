@@ -1,0 +1,1 @@
+"""Extension points: typed hook signatures (``hooks``) and the checking loader (``loader``)."""

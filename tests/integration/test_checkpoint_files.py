@@ -1,0 +1,133 @@
+"""Checkpoint files on disk, with a small plain torch model (no transformers): atomic commit,
+manifest verification, keep_last, leftovers of crashed saves, async staging and error surfacing,
+bit-exact load."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+
+from heron.checkpoint import dcp_io
+from heron.checkpoint.errors import CheckpointError
+from heron.checkpoint.layout import committed, read_latest
+from heron.checkpoint.reader import find_latest, open_checkpoint
+from heron.checkpoint.writer import CheckpointWriter
+
+
+def _model_and_optimizer(seed: int = 0, width: int = 16):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Linear(width, 3))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model(torch.randn(4, width)).square().sum().backward()
+    optimizer.step()
+    return model, optimizer
+
+
+def _save_all(folder, ids, **kw) -> CheckpointWriter:
+    model, optimizer = _model_and_optimizer()
+    writer = CheckpointWriter(folder, **kw)
+    for rollout_id in ids:
+        writer.save(rollout_id, model, optimizer, {"note": rollout_id})
+    writer.close()
+    return writer
+
+
+def test_commit_writes_verified_folder_and_latest(tmp_path):
+    _save_all(tmp_path, [0, 1], async_save=False)
+    assert [p.name for p in committed(tmp_path)] == ["rollout-000001", "rollout-000000"]
+    assert read_latest(tmp_path) == "rollout-000001"
+    ckpt = open_checkpoint(tmp_path / "rollout-000001")
+    assert ckpt.rollout_id == 1 and ckpt.state["note"] == 1
+    manifest = json.loads((tmp_path / "rollout-000001" / "manifest.json").read_text())
+    assert {"state.json", "dcp/.metadata"} <= set(manifest["files"])
+    assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
+
+
+def test_keep_last_deletes_only_older_after_commit(tmp_path):
+    _save_all(tmp_path, [0, 1, 2, 3], async_save=True, keep_last=2)
+    assert [p.name for p in committed(tmp_path)] == ["rollout-000003", "rollout-000002"]
+
+
+@pytest.mark.parametrize("damage, reason", [
+    ("flip", "checksum mismatch in dcp/__0_0.distcp"),
+    ("truncate", "dcp/__0_0.distcp has"),
+    ("delete", "missing file dcp/__0_0.distcp"),
+    ("no_manifest", "incomplete: no manifest.json"),
+])
+def test_damaged_newest_is_skipped_with_a_warning_naming_it(tmp_path, caplog, damage, reason):
+    _save_all(tmp_path, [0, 1], async_save=False)
+    newest = tmp_path / "rollout-000001"
+    shard = newest / "dcp" / "__0_0.distcp"
+    if damage == "flip":
+        data = bytearray(shard.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        shard.write_bytes(bytes(data))
+    elif damage == "truncate":
+        shard.write_bytes(shard.read_bytes()[:-10])
+    elif damage == "delete":
+        shard.unlink()
+    else:
+        (newest / "manifest.json").unlink()
+    with caplog.at_level(logging.WARNING, logger="heron.checkpoint"):
+        assert find_latest(tmp_path).rollout_id == 0
+    assert any("rollout-000001" in r.message and reason in r.message for r in caplog.records)
+    with pytest.raises(CheckpointError, match=reason) as info:
+        open_checkpoint(newest)
+    assert "\n" not in str(info.value)
+
+
+def test_unfinished_save_is_ignored_then_removed_by_next_writer(tmp_path, caplog):
+    _save_all(tmp_path, [0], async_save=False)
+    stale = tmp_path / "rollout-000001.tmp-99999-1"
+    (stale / "dcp").mkdir(parents=True)
+    (stale / "state.json").write_text("{}")
+    with caplog.at_level(logging.WARNING, logger="heron.checkpoint"):
+        assert find_latest(tmp_path).rollout_id == 0
+    assert any(stale.name in r.getMessage() for r in caplog.records)
+    CheckpointWriter(tmp_path, async_save=False)
+    assert not stale.exists()
+
+
+def test_async_save_stages_a_copy_before_returning(tmp_path):
+    model, optimizer = _model_and_optimizer()
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    writer = CheckpointWriter(tmp_path, async_save=True)
+    writer.save(5, model, optimizer, {})
+    assert writer.wait_until_staged(timeout=0) and not writer.staging
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)  # training continues while the files are written
+    writer.close()
+    fresh, fresh_opt = _model_and_optimizer(seed=1)
+    dcp_io.load_into(fresh, fresh_opt, tmp_path / "rollout-000005")
+    for name, tensor in fresh.state_dict().items():
+        assert torch.equal(tensor, expected[name]), name
+
+
+def test_load_restores_model_and_optimizer_bit_exactly(tmp_path):
+    model, optimizer = _model_and_optimizer(seed=0)
+    CheckpointWriter(tmp_path, async_save=False).save(0, model, optimizer, {})
+    fresh, fresh_opt = _model_and_optimizer(seed=3)
+    dcp_io.load_into(fresh, fresh_opt, tmp_path / "rollout-000000")
+    for a, b in zip(model.parameters(), fresh.parameters()):
+        assert torch.equal(a, b)
+    saved, loaded = optimizer.state_dict(), fresh_opt.state_dict()
+    for index, state in saved["state"].items():
+        for key, value in state.items():
+            assert torch.equal(value, loaded["state"][index][key]), (index, key)
+
+
+def test_background_failure_surfaces_in_the_loop(tmp_path, monkeypatch):
+    def broken_save(*args, **kw):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(dcp_io, "save", broken_save)
+    model, optimizer = _model_and_optimizer()
+    writer = CheckpointWriter(tmp_path, async_save=True)
+    writer.save(0, model, optimizer, {})
+    with pytest.raises(CheckpointError, match="async checkpoint save of rollout-000000 failed: OSError"):
+        writer.close()
+    assert committed(tmp_path) == []

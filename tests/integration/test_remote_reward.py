@@ -1,0 +1,128 @@
+"""The remote reward model against a real HTTP server on 127.0.0.1 started by the test:
+the request body, retries after 5xx, no retry on 4xx, timeouts, the concurrency limit, and a
+dead server isolated per sample."""
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from heron.config.reward import RemoteRewardConfig, RewardConfig
+from heron.records import Prompt
+from heron.reward.remote import RemoteReward, RemoteRewardError
+from heron.reward.scorer import RewardScorer
+
+
+class RewardServer:
+    """Scores {"response"} == {"label"} as 1.0; behaviour per response text:
+    "fail-once" -> HTTP 503 on its first request; "bad" -> HTTP 400; "slow" -> sleeps 1 s."""
+
+    def __init__(self):
+        self.requests: list[dict] = []
+        self.in_flight = self.max_in_flight = 0
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server.lock:
+                    server.requests.append(body)
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                    seen = sum(r["response"] == body["response"] for r in server.requests)
+                try:
+                    time.sleep(0.1)
+                    if body["response"] == "slow":
+                        time.sleep(1.0)
+                    if body["response"] == "fail-once" and seen == 1:
+                        return self._answer(503, b"busy")
+                    if body["response"] == "bad":
+                        return self._answer(400, b"bad request")
+                    reward = 1.0 if body["response"] == body["label"] else 0.0
+                    self._answer(200, json.dumps({"reward": reward}).encode())
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
+
+            def _answer(self, code, payload):
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/score"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    s = RewardServer()
+    yield s
+    s.close()
+
+
+PROMPT = Prompt(prompt_id=3, text="1+1=", label="2", metadata={"level": 1})
+
+
+def test_scores_and_sends_prompt_response_label_metadata(server):
+    reward = RemoteReward(RemoteRewardConfig(url=server.url))
+    assert reward(PROMPT, "2") == 1.0 and reward(PROMPT, "3") == 0.0
+    assert server.requests[0] == {"prompt": "1+1=", "response": "2", "label": "2", "metadata": {"level": 1}, "prompt_id": 3}
+
+
+def test_retries_after_5xx_but_not_after_4xx(server):
+    reward = RemoteReward(RemoteRewardConfig(url=server.url, max_retries=2, backoff_s=0.01))
+    assert reward(PROMPT, "fail-once") == 0.0
+    assert sum(r["response"] == "fail-once" for r in server.requests) == 2
+    with pytest.raises(RemoteRewardError, match="answered HTTP 400"):
+        reward(PROMPT, "bad")
+    assert sum(r["response"] == "bad" for r in server.requests) == 1
+
+
+def test_request_timeout_is_retried_then_reported(server):
+    reward = RemoteReward(RemoteRewardConfig(url=server.url, timeout_s=0.3, max_retries=1, backoff_s=0.01))
+    start = time.perf_counter()
+    with pytest.raises(RemoteRewardError, match="failed 2 times"):
+        reward(PROMPT, "slow")
+    assert time.perf_counter() - start < 3.0  # two 0.3 s timeouts, not two 1 s answers
+
+
+def test_concurrency_limit_and_failure_isolation_in_a_batch(server):
+    cfg = RewardConfig(fn="remote", remote=RemoteRewardConfig(url=server.url, max_retries=0), max_concurrency=3, failure_value=-1.0)
+    scorer = RewardScorer.from_config(cfg)
+    prompts = [PROMPT] * 10
+    responses = ["2"] * 4 + ["bad"] + ["3"] * 5
+    rewards = scorer.score_responses(prompts, responses, [f"s{i}" for i in range(10)])
+    assert rewards == [1.0] * 4 + [-1.0] + [0.0] * 5
+    assert scorer.num_errors == 1
+    assert server.max_in_flight == 3
+
+
+def test_dead_server_is_a_per_sample_failure():
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = RewardConfig(fn="remote", remote=RemoteRewardConfig(url=f"http://127.0.0.1:{port}/", max_retries=1, backoff_s=0.01))
+    scorer = RewardScorer.from_config(cfg)
+    assert scorer.score_responses([PROMPT], ["2"], ["s0"]) == [0.0] and scorer.num_errors == 1
+
+
+def test_remote_needs_a_url():
+    from heron.config.base import ConfigError
+
+    with pytest.raises(ConfigError, match="reward.fn=remote needs reward.remote.url"):
+        RewardConfig(fn="remote")

@@ -1,0 +1,63 @@
+"""Pure checkpoint logic: fingerprints and their one-line mismatch errors, the RNG state's
+JSON round trip, and the ``checkpoint.async`` config key."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from heron.checkpoint import dcp_io
+from heron.checkpoint.errors import CheckpointMismatchError
+from heron.checkpoint.fingerprint import check_config, check_model, check_optimizer, optimizer_fingerprint
+from heron.checkpoint.rng import capture_rng, restore_rng
+from heron.config.root import load_config
+
+
+def _model_and_optimizer(seed: int = 0, width: int = 16):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Linear(width, 3))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model(torch.randn(4, width)).square().sum().backward()
+    optimizer.step()
+    return model, optimizer
+
+
+def test_fingerprint_mismatches_are_one_line():
+    model, optimizer = _model_and_optimizer(width=16)
+    other, other_opt = _model_and_optimizer(width=8)
+    live, other_live = dcp_io.live_state(model, optimizer), dcp_io.live_state(other, other_opt)
+    from heron.checkpoint.fingerprint import model_fingerprint
+
+    with pytest.raises(CheckpointMismatchError, match=r"0.weight is \(16, 16\) float32 in the checkpoint, \(8, 8\)") as e:
+        check_model("rollout-000001", model_fingerprint(live["model"]), model_fingerprint(other_live["model"]))
+    assert "\n" not in str(e.value) and "(and 2 more)" in str(e.value)
+    split = torch.optim.AdamW([{"params": list(model.parameters())[:2]}, {"params": list(model.parameters())[2:]}])
+    saved = optimizer_fingerprint(optimizer, live["optimizer"])
+    current = optimizer_fingerprint(split, dcp_io.live_state(model, split)["optimizer"])
+    with pytest.raises(CheckpointMismatchError, match=r"param groups of \[4\] parameters in the checkpoint, \[2, 2\] in the run"):
+        check_optimizer("rollout-000001", saved, current)
+    with pytest.raises(CheckpointMismatchError, match="train.lr=0.1 in the checkpoint, 0.2 in this run"):
+        check_config("rollout-000001", {"train.lr": 0.1}, {"train.lr": 0.2})
+
+
+def test_rng_state_round_trips_through_json():
+    random.seed(1), np.random.seed(2), torch.manual_seed(3)
+    state = json.loads(json.dumps(capture_rng()))
+    expected = (random.random(), np.random.rand(), torch.rand(3))
+    random.seed(9), np.random.seed(9), torch.manual_seed(9)
+    restore_rng(state)
+    assert random.random() == expected[0] and np.random.rand() == expected[1]
+    assert torch.equal(torch.rand(3), expected[2])
+
+
+def test_async_is_the_yaml_key_of_async_():
+    cfg = load_config(None, ["model.path=m", "data.path=d", "checkpoint.async=false"])
+    assert cfg.checkpoint.async_ is False and cfg.checkpoint.folder("runs/x") == "runs/x/checkpoints"
+    from heron.config.base import ConfigError
+
+    with pytest.raises(ConfigError, match="did you mean 'checkpoint.async'"):
+        load_config(None, ["model.path=m", "data.path=d", "checkpoint.asynk=false"])
