@@ -10,6 +10,7 @@ failure half-way through start-up.
 from __future__ import annotations
 
 import atexit
+import logging
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +28,8 @@ from heron.cluster.trainer_group import TrainerGroup, build_trainer_rank
 if TYPE_CHECKING:
     from heron.config.root import HeronConfig
 
+log = logging.getLogger("heron.cluster")
+
 
 class RayExecutor:
     def __init__(self, cfg: "HeronConfig"):
@@ -36,6 +39,8 @@ class RayExecutor:
         self.engines: list[ActorRef] = []
         self.group = None
         self.closed = False
+        if cfg.checkpoint.enabled and cfg.checkpoint.async_:
+            log.warning("checkpoint.async does not apply on cluster.backend=ray: trainer ranks write their shards synchronously")
         self.started_ray = start_ray(cfg.cluster)
         atexit.register(self.close)
         exit_on_sigterm()

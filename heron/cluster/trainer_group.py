@@ -10,6 +10,7 @@ arrays (object-store transport) or as a versioned safetensors file (disk transpo
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -78,6 +79,26 @@ class TrainerGroup:
         DCP save or load need all ranks)."""
         name = getattr(fn, "__name__", "apply")
         return wait_all([(r, r.submit_host("apply", fn, *args)) for r in self.ranks], name, self.timeout_s)
+
+    # --- run checkpoints (heron.checkpoint): the same two verbs as PolicyTrainer ---
+    def save_checkpoint(self, writer, rollout_id: int, run_state: dict) -> None:
+        """Every rank writes its DCP shards into the writer's temporary folder; the writer
+        (in this process) adds the state file and manifest and commits."""
+        from heron.cluster.rank_checkpoint import save_rank_shards
+
+        def write_shards(temp: Path):
+            results = self.apply_all(save_rank_shards, str(Path(temp).resolve()))
+            checksums = {k: v for _, rank_sums, _ in results for k, v in rank_sums.items()}
+            fingerprint, _, trainer_state = results[0]
+            run_state["trainer"] = trainer_state
+            return fingerprint, checksums
+
+        writer.save_sharded(rollout_id, run_state, write_shards)
+
+    def load_checkpoint(self, checkpoint, run_config: dict) -> None:
+        from heron.cluster.rank_checkpoint import load_rank_checkpoint
+
+        self.version = self.apply_all(load_rank_checkpoint, checkpoint, run_config)[0]
 
     def save_state(self, folder: str) -> None:
         """Model + optimizer as DCP shards (every rank writes its own), loadable at any world size."""

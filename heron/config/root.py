@@ -74,9 +74,9 @@ class HeronConfig:
             "loop.mode=async needs disaggregated engines: set cluster.backend=ray and colocate=false",
         )
         check(
-            self.cluster.backend == "local" or not self.checkpoint.enabled,
-            "checkpoints are not wired to cluster.backend=ray yet (trainer-rank DCP state exists in "
-            "heron.parallel.train_state); set checkpoint.enabled=false",
+            self.cluster.backend == "local" or not self.checkpoint.hf_export,
+            "checkpoint.hf_export is not supported with cluster.backend=ray yet (the ranks hold sharded "
+            "weights); set checkpoint.hf_export=false and export with `heron ckpt` afterwards",
         )
         mini = self.rollout.num_samples // max(self.train.steps_per_rollout, 1)
         check(

@@ -18,6 +18,7 @@ from heron.components import build_policy_trainer
 from heron.config.root import load_config
 from heron.parallel.train_state import load_train_state, save_train_state
 from heron.records import Sample
+from heron.rl_run import RLRun
 from heron.trainer.batch import collate
 from heron.weights.wire import from_wire
 
@@ -90,3 +91,54 @@ def test_one_process_to_two_ranks(ray_session, toy_model_dir, tmp_path, uninterr
     finally:
         executor.close()
     _assert_same(weights, uninterrupted)
+
+
+# --- run-level checkpoints (heron.checkpoint) on the Ray backend -------------------------------
+
+def _run_config(toy_model_dir, toy_data_path, run_dir, world_size, num_rollouts):
+    cluster = ["cluster.backend=ray", "cluster.cpus_per_bundle=0.5", "colocate=false"] if world_size > 1 else []
+    return load_config(None, [
+        f"model.path={toy_model_dir}", f"data.path={toy_data_path}", "eval.path=", f"run.dir={run_dir}",
+        f"rollout.num_rollouts={num_rollouts}", "rollout.batch_size=2", "rollout.samples_per_prompt=2",
+        "rollout.max_new_tokens=4", "train.micro_batch_size=2", "train.lr=1e-3", f"train.world_size={world_size}",
+        "train.weight_decay=0.1",  # the untrained toy earns no reward: decay makes every step move the weights
+        "checkpoint.interval=1", "tracking.progress=false", "tracking.summary=false", *cluster,
+    ])
+
+
+def _train_and_weights(cfg) -> tuple[dict, int]:
+    with RLRun(cfg) as run:
+        for rollout_id in run.rollout_ids():
+            batch = run.advantages(run.reward(run.generate(rollout_id)))
+            run.train(batch)
+            run.push_weights()
+            run.checkpoint(rollout_id)
+        trainer = run.c.trainer
+        weights = trainer.gather_weights() if hasattr(trainer, "gather_weights") else trainer.weights()
+        return _weights(weights), run.start_rollout
+
+
+def _assert_trained(weights, toy_model_dir) -> None:
+    from heron.components import load_model
+
+    initial = load_model(str(toy_model_dir), "float32").state_dict()
+    assert any(not torch.equal(weights[k], initial[k]) for k in weights), "training did not move the weights"
+
+
+def test_run_checkpoint_of_two_ranks_resumes_in_one_process(ray_session, toy_model_dir, toy_data_path, tmp_path):
+    saved, _ = _train_and_weights(_run_config(toy_model_dir, toy_data_path, tmp_path, 2, num_rollouts=2))
+    _assert_trained(saved, toy_model_dir)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("rollout-*")) == ["rollout-000000", "rollout-000001"]
+    resumed, start = _train_and_weights(_run_config(toy_model_dir, toy_data_path, tmp_path, 1, num_rollouts=2))
+    assert start == 2  # resumed after the last checkpoint: nothing left to run
+    for name, tensor in saved.items():
+        assert torch.equal(resumed[name], tensor), name  # a DCP round trip is exact
+
+
+def test_run_checkpoint_of_one_process_resumes_on_two_ranks(ray_session, toy_model_dir, toy_data_path, tmp_path):
+    saved, _ = _train_and_weights(_run_config(toy_model_dir, toy_data_path, tmp_path, 1, num_rollouts=1))
+    _assert_trained(saved, toy_model_dir)
+    resumed, start = _train_and_weights(_run_config(toy_model_dir, toy_data_path, tmp_path, 2, num_rollouts=1))
+    assert start == 1
+    for name, tensor in resumed.items():
+        assert torch.equal(tensor, saved[name]), name

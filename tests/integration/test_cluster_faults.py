@@ -12,7 +12,10 @@ import time
 import pytest
 import ray
 
+from heron.checkpoint.reader import find_latest
 from heron.cluster.errors import ClusterError
+from heron.components import build_policy_trainer
+from heron.config.base import to_dict
 from heron.config.root import load_config
 from heron.rl_run import RLRun
 
@@ -39,20 +42,31 @@ def _assert_all_gone(actors) -> None:
             ray.get(actor.handle.pid.remote(), timeout=30)
 
 
-def test_engine_killed_mid_generate_names_it(ray_session, toy_model_dir, toy_data_path, tmp_path):
-    with pytest.raises(ClusterError, match=r"engine-0 died during 'generate'") as caught:
-        with RLRun(_config(toy_model_dir, toy_data_path, tmp_path)) as run:
+def test_engine_killed_mid_rollout_names_it_and_the_last_checkpoint_loads(
+    ray_session, toy_model_dir, toy_data_path, tmp_path
+):
+    cfg = _config(toy_model_dir, toy_data_path, tmp_path, "checkpoint.enabled=true", "checkpoint.interval=1")
+    with pytest.raises(ClusterError, match=r"engine-0 died during 'generate'"):
+        with RLRun(cfg) as run:
             actors = list(run.c.executor.actors)
+            run.train(run.advantages(run.reward(run.generate(0))))
+            run.push_weights()
+            run.checkpoint(0)
             engine_pid = _pid(run.c.engine.engines[0])
             os.kill(engine_pid, signal.SIGSTOP)  # frozen: the generate call below cannot finish
             threading.Timer(1.0, os.kill, (engine_pid, signal.SIGKILL)).start()  # dies mid-call
             start = time.monotonic()
             try:
-                run.generate(0)
+                run.generate(1)
             finally:
                 elapsed = time.monotonic() - start
     assert elapsed < CALL_TIMEOUT_S, f"the death took {elapsed:.1f}s to surface"
     _assert_all_gone(actors)
+    checkpoint = find_latest(tmp_path / "checkpoints")
+    assert checkpoint is not None and checkpoint.rollout_id == 0
+    trainer = build_policy_trainer(cfg)
+    trainer.load_checkpoint(checkpoint, to_dict(cfg))
+    assert trainer.version == 1
 
 
 def test_hung_engine_times_out_naming_it(ray_session, toy_model_dir, toy_data_path, tmp_path):

@@ -68,8 +68,8 @@ def test_cluster_config_rules():
         load_config(None, [*base, "train.world_size=2"])
     with pytest.raises(ConfigError, match="must divide the mini-batch of 8"):
         load_config(None, [*base, "train.world_size=3", "cluster.backend=ray"])
-    with pytest.raises(ConfigError, match="checkpoints are not wired to cluster.backend=ray yet"):
-        load_config(None, [*base[:-1], "cluster.backend=ray"])
+    with pytest.raises(ConfigError, match="checkpoint.hf_export is not supported with cluster.backend=ray"):
+        load_config(None, [*base, "cluster.backend=ray", "checkpoint.hf_export=true"])
     with pytest.raises(ConfigError, match="cluster.device=cuda is not supported yet"):
         load_config(None, [*base, "cluster.device=cuda"])
     with pytest.raises(ConfigError, match="loop.mode=async needs disaggregated engines"):
