@@ -18,7 +18,7 @@ def _config(toy_model_dir, toy_data_path, tmp_path, world_size=2):
         f"model.path={toy_model_dir}", f"data.path={toy_data_path}", f"eval.path={toy_data_path.parent / 'test.jsonl'}",
         "eval.interval=1", f"run.dir={tmp_path}", "rollout.num_rollouts=2", "rollout.batch_size=2",
         "rollout.samples_per_prompt=2", "rollout.max_new_tokens=4", "train.micro_batch_size=2",
-        "tracking.progress=false", "checkpoint.enabled=false", "tracking.summary=false", "cluster.backend=ray", "cluster.num_cpus=2",
+        "tracking.progress=false", "tracking.summary=false", "cluster.backend=ray", "cluster.num_cpus=2",
         f"train.world_size={world_size}", "cluster.cpus_per_bundle=0.5", "colocate=true",
     ])
 
@@ -34,6 +34,7 @@ def test_loop_runs_on_ray_and_shuts_it_down(no_ray, toy_model_dir, toy_data_path
     assert [r["policy_version"] for r in records] == [1, 2]
     assert all("eval/accuracy" in r for r in records)
     assert (tmp_path / "metrics.jsonl").is_file()
+    assert (tmp_path / "checkpoints" / "rollout-000001" / "manifest.json").is_file()  # saved after the last rollout
 
 
 def test_interrupt_shuts_ray_down(no_ray, toy_model_dir, toy_data_path, tmp_path):
