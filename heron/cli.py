@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from heron.cluster.errors import ClusterError
 from heron.config.base import ConfigError
 from heron.errors import UserError
 
@@ -53,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"heron: error: {e}", file=sys.stderr)
         return 2
+    except ClusterError as e:  # a dead, hung or unplaceable actor (already shut down)
+        print(f"heron: cluster error: {e}", file=sys.stderr)
+        return 1
 
 
 def _load(args):

@@ -5,9 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import warnings
+
 import torch
 
 from heron.algo.advantages import ADVANTAGE_ESTIMATORS
+from heron.cluster.executor import Executor, build_executor
 from heron.config.residency import resolve_offload
 from heron.config.root import HeronConfig
 from heron.data.dataset import load_prompts
@@ -19,6 +22,7 @@ from heron.residency.coordinator import Coordinator
 from heron.residency.wiring import ResidencySettings, attach_residency
 from heron.reward.scorer import RewardScorer
 from heron.rollout.embedded import EmbeddedEngine
+from heron.rollout.engine import RolloutEngine
 from heron.rollout.generator import RolloutGenerator
 from heron.rollout.prompt_format import PromptFormatter
 from heron.trainer.objectives import PolicyObjective
@@ -60,15 +64,23 @@ class Components:
     tokenizer: object
     sampler: DataSource  # the data source (hooks.data_source or the built-in PromptDataSource)
     generator: RolloutGenerator
-    engine: EmbeddedEngine
+    engine: RolloutEngine
     scorer: RewardScorer
-    trainer: PolicyTrainer
+    trainer: PolicyTrainer  # or heron.cluster.trainer_group.TrainerGroup (same verbs)
     evaluator: EvalSuite | None
     hooks: RunHooks
-    residency: Coordinator  # sleep/wake of trainer and engine (issue 3); metrics() per rollout
+    residency: Coordinator | None = None  # sleep/wake of trainer and engine; metrics() per rollout
+    executor: Executor | None = None  # where engine and trainer run; owns their shutdown
 
     def advantage_estimator(self):
         return self.hooks.advantage or ADVANTAGE_ESTIMATORS[self.cfg.algo.advantage]
+
+    def close(self) -> None:
+        """Stops actors and the Ray session the executor started (no-op locally); idempotent."""
+        if hasattr(self.generator, "close"):
+            self.generator.close()  # async generation: stop the background thread first
+        if self.executor is not None:
+            self.executor.close()
 
 
 def build_components(cfg: HeronConfig) -> Components:
@@ -80,38 +92,77 @@ def build_components(cfg: HeronConfig) -> Components:
     tokenizer = load_tokenizer(cfg.model.path)
     formatter = PromptFormatter(tokenizer, cfg.data.apply_chat_template)
     scorer = RewardScorer(hooks.reward_fn, cfg.reward, hooks.reward_scope)
-    engine = EmbeddedEngine(
-        load_model(cfg.model.path, cfg.model.dtype).eval().requires_grad_(False),
-        pad_token_id=tokenizer.pad_token_id,
-        max_batch_size=cfg.rollout.max_batch_size,
-    )
-    objective = PolicyObjective(cfg.algo, policy_loss=hooks.policy_loss)
-    trainer = PolicyTrainer(
-        load_model(cfg.model.path, cfg.model.dtype),
-        cfg.train,
-        objective,
-        total_steps=cfg.rollout.num_rollouts * cfg.train.steps_per_rollout,
-        temperature=cfg.rollout.temperature,
-        reference=load_model(cfg.model.path, cfg.model.dtype) if objective.needs_reference else None,
-    )
-    residency = build_residency(cfg, trainer, engine)
+    executor = build_executor(cfg)  # local: this process; ray: actors (heron.cluster)
+    try:
+        engine = executor.engine(tokenizer.pad_token_id)
+        trainer = executor.trainer(hooks.policy_loss)
+        residency = build_residency(cfg, trainer, engine) if cfg.cluster.backend == "local" else None
+        if residency is None and cfg.colocate:
+            warnings.warn(
+                "colocate=true on cluster.backend=ray shares bundles but does not sleep/wake actors yet "
+                "(cross-actor residency is not implemented): trainer and engines both stay resident"
+            )
+    except BaseException:
+        executor.close()
+        raise
     evaluators = [
         Evaluator(prompts[: cfg.eval.max_prompts or None], formatter, scorer, cfg.eval.max_new_tokens, name=name)
         for name, prompts in eval_sets.items()
     ]
+    generator = RolloutGenerator(
+        engine, formatter, cfg.rollout, cfg.run.seed, custom=hooks.custom_generate(cfg), hook_args=cfg.hooks.args
+    )
+    if cfg.loop.mode == "async":
+        data_source, generator = build_async_generation(cfg, data_source, generator)
     return Components(
         cfg=cfg,
         tokenizer=tokenizer,
         sampler=data_source,
-        generator=RolloutGenerator(
-            engine, formatter, cfg.rollout, cfg.run.seed, custom=hooks.custom_generate(cfg), hook_args=cfg.hooks.args
-        ),
+        generator=generator,
         engine=engine,
         scorer=scorer,
         trainer=trainer,
         evaluator=EvalSuite(evaluators) if evaluators else None,
         hooks=hooks,
         residency=residency,
+        executor=executor,
+    )
+
+
+def build_async_generation(cfg: HeronConfig, data_source: DataSource, generator: RolloutGenerator):
+    """``loop.mode: async``: the data source looks ahead and rollout k+1 is generated during train(k)."""
+    from heron.data.lookahead import LookaheadSampler
+    from heron.rollout.async_generator import AsyncRolloutGenerator
+
+    lookahead = LookaheadSampler(data_source)
+    return lookahead, AsyncRolloutGenerator(
+        generator, lookahead, batch_size=cfg.rollout.batch_size, num_rollouts=cfg.rollout.num_rollouts,
+        max_staleness=cfg.loop.max_staleness, log_path=Path(cfg.run.dir) / "staleness.jsonl",
+    )
+
+
+def build_engine(cfg: HeronConfig, pad_token_id: int) -> EmbeddedEngine:
+    """The rollout engine (called in this process, or inside an engine actor)."""
+    return EmbeddedEngine(
+        load_model(cfg.model.path, cfg.model.dtype).eval().requires_grad_(False),
+        pad_token_id=pad_token_id,
+        max_batch_size=cfg.rollout.max_batch_size,
+    )
+
+
+def build_policy_trainer(cfg: HeronConfig, policy_loss=None, parallelize=None, trainer_cls=PolicyTrainer) -> PolicyTrainer:
+    """The policy trainer (in this process, or one rank inside a trainer actor).
+    ``policy_loss``: the ``hooks.policy_loss`` hook, if any. ``parallelize(model) -> model``
+    applies data parallelism before the optimizer is built."""
+    model = load_model(cfg.model.path, cfg.model.dtype)
+    objective = PolicyObjective(cfg.algo, policy_loss=policy_loss)
+    return trainer_cls(
+        parallelize(model) if parallelize else model,
+        cfg.train,
+        objective,
+        total_steps=cfg.rollout.num_rollouts * cfg.train.steps_per_rollout,
+        temperature=cfg.rollout.temperature,
+        reference=load_model(cfg.model.path, cfg.model.dtype) if objective.needs_reference else None,
     )
 
 

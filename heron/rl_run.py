@@ -17,6 +17,7 @@ from heron.plugins.postprocess import apply_postprocess, checked_prompts
 from heron.records import RolloutBatch
 from heron.tracking.tracker import Tracker
 from heron.trainer.batch import collate
+from heron.weights.version import check_served_versions, served_versions
 
 
 class RLRun:
@@ -24,12 +25,16 @@ class RLRun:
         self.cfg = cfg
         self.run_dir = Path(cfg.run.dir)
         self.c: Components = build_components(cfg)
-        self.checkpointer = Checkpointer(cfg, self.run_dir)  # resume: checks fit, restores state
-        self.start_rollout = self.checkpointer.resume(self.c)
-        self.timings: dict[str, float] = {}
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        _write_config(cfg, self.run_dir / "config.yaml")
-        self.tracker = Tracker(cfg.tracking, self.run_dir, self.start_rollout, cfg.rollout.num_rollouts)
+        try:  # a failure after the components exist must still stop their actors
+            self.checkpointer = Checkpointer(cfg, self.run_dir)  # resume: checks fit, restores state
+            self.start_rollout = self.checkpointer.resume(self.c)
+            self.timings: dict[str, float] = {}
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            _write_config(cfg, self.run_dir / "config.yaml")
+            self.tracker = Tracker(cfg.tracking, self.run_dir, self.start_rollout, cfg.rollout.num_rollouts)
+        except BaseException:
+            self.c.close()
+            raise
 
     def __enter__(self) -> "RLRun":
         return self
@@ -38,7 +43,10 @@ class RLRun:
         try:  # waits for an async save in flight; raises its error unless already failing
             self.checkpointer.close(raise_error=exc_type is None)
         finally:
-            self.tracker.close()
+            try:
+                self.tracker.close()
+            finally:
+                self.c.close()  # stops actors and the Ray session a ray backend started
 
     def rollout_ids(self) -> range:
         return range(self.start_rollout, self.cfg.rollout.num_rollouts)
@@ -73,6 +81,7 @@ class RLRun:
     def push_weights(self) -> None:
         with self._timed("push_weights"):
             self.c.engine.load_weights(self.c.trainer.weights(), self.c.trainer.version)
+            check_served_versions(served_versions(self.c.engine), self.c.trainer.version)
 
     def checkpoint(self, rollout_id: int) -> None:
         """Saves every ``checkpoint.interval`` rollouts and after the last (see heron.checkpoint)."""
@@ -103,11 +112,12 @@ class RLRun:
             "reward/std": statistics.pstdev(rewards),
             "response/length_mean": statistics.fmean(lengths),
             "response/truncated_fraction": statistics.fmean(s.finish_reason == "length" for s in batch.samples),
+            "staleness/max": max(batch.rollout_id - s.policy_version for s in batch.samples),
             **self.c.scorer.metrics(),
             **{f"train/{k}": v for k, v in train_metrics.items()},
             **eval_metrics,
             **{k: v for k, v in self.timings.items() if not k.startswith("_")},
-            **self.c.residency.metrics(),
+            **(self.c.residency.metrics() if self.c.residency is not None else {}),
             "time/rollout_s": time.perf_counter() - self.timings["_start"],
         }
         self.tracker.log_rollout(record)

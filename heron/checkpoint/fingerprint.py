@@ -22,7 +22,7 @@ from heron.checkpoint.errors import CheckpointMismatchError
 # data, how rollouts are drawn, the reward, the algorithm and the optimizer settings.
 # Not included: rollout.num_rollouts (a run may be extended), eval, tracking, checkpoint, run.dir.
 RESUME_CRITICAL = ("run.seed", "model", "data", "rollout", "reward", "algo", "train", "hooks")
-RESUME_FREE = ("rollout.num_rollouts",)
+RESUME_FREE = ("rollout.num_rollouts", "train.world_size", "train.parallel")  # DCP reshards on load
 
 
 def _flatten(prefix: str, value: Any, out: dict) -> None:

@@ -104,10 +104,30 @@ class CheckpointWriter:
         else:
             self._pending = (name, self._executor.submit(self._write, temp, rollout_id, tensors, start))
 
+    def save_sharded(self, rollout_id: int, run_state: dict, write_shards) -> None:
+        """Saves a trainer whose tensors live in other processes (Ray trainer ranks):
+        ``write_shards(temp) -> (fingerprint, checksums)`` writes the DCP files into the
+        temporary folder (every rank its shards); state file, manifest, commit and retention
+        are as in ``save``. Synchronous: ranks stage nothing in this process. No HF folder."""
+        self.wait()
+        start = time.perf_counter()
+        temp = temp_folder(self.folder, rollout_id)
+        temp.mkdir()
+        fingerprint, checksums = write_shards(temp)
+        state = {**run_state, "rollout_id": rollout_id,
+                 "fingerprint": {**run_state.get("fingerprint", {}), **fingerprint}}
+        write_file_durably(temp / STATE_FILE, json.dumps(state, indent=1).encode())
+        self.last_stats = {}
+        self._commit(temp, rollout_id, checksums, start)
+        self.last_stats["block_s"] = time.perf_counter() - start
+
     def _write(self, temp: Path, rollout_id: int, tensors: dict, start: float) -> Path:
         checksums = dcp_io.save(tensors, temp, self._process_group)
         if self.hf_export:
             write_hf_folder(temp / HF_FOLDER, tensors["model"], temp / HF_META)
+        return self._commit(temp, rollout_id, checksums, start)
+
+    def _commit(self, temp: Path, rollout_id: int, checksums: dict, start: float) -> Path:
         manifest = write_manifest(temp, rollout_id, known=checksums)
         final = commit(temp, self.folder / checkpoint_name(rollout_id))
         self.last_committed = final

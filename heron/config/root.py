@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from heron.config.algo import AlgoConfig
 from heron.config.base import apply_overrides, build, check, doc, load_yaml
 from heron.config.checkpoint import CheckpointConfig
+from heron.config.cluster import ClusterConfig
 from heron.config.data import DataConfig
 from heron.config.eval import EvalConfig
 from heron.config.hooks import HooksConfig
+from heron.config.loop import LoopConfig
 from heron.config.model import ModelConfig
 from heron.config.residency import OffloadConfig, resolve_offload
 from heron.config.reward import RewardConfig
@@ -36,9 +38,12 @@ class HeronConfig:
     tracking: TrackingConfig = doc("Progress, summaries, metrics, plots.", factory=TrackingConfig)
     hooks: HooksConfig = doc("User hooks: generate, post-process, advantage, loss, data source.", factory=HooksConfig)
     checkpoint: CheckpointConfig = doc("Saving, resuming and HF export.", factory=CheckpointConfig)
-
-    # --- residency (issue 3) ---
-    colocate: bool = doc("Trainer and rollout engine share one device and take turns (the idle one sleeps).", False)
+    cluster: ClusterConfig = doc("Executor (local or Ray), placement and deadlines.", factory=ClusterConfig)
+    loop: LoopConfig = doc("Sync or one-step off-policy async rollouts.", factory=LoopConfig)
+    colocate: bool = doc(
+        "Trainer and rollout engine share devices and take turns (the idle one sleeps); false gives "
+        "engines their own devices (Ray placement).", False
+    )
     offload: OffloadConfig = doc("Which components release device memory when idle.", factory=OffloadConfig)
 
     def __post_init__(self):
@@ -47,6 +52,7 @@ class HeronConfig:
             self.data.path != "" or self.hooks.data_source != "",
             "data.path is required: set data.path=<prompts.jsonl|.parquet|hf folder> (or hooks.data_source)",
         )
+        self._check_cluster()
         mini = self.rollout.num_samples // self.train.steps_per_rollout
         check(
             self.rollout.num_samples % self.train.steps_per_rollout == 0,
@@ -57,6 +63,28 @@ class HeronConfig:
             mini % min(self.train.micro_batch_size, mini) == 0,
             f"train.micro_batch_size={self.train.micro_batch_size} must divide the mini-batch of {mini} samples "
             f"(rollout samples / train.steps_per_rollout)",
+        )
+
+    def _check_cluster(self) -> None:
+        world = self.train.world_size
+        check(
+            world == 1 or self.cluster.backend == "ray",
+            f"train.world_size={world} needs cluster.backend=ray (the local backend runs one trainer rank)",
+        )
+        check(
+            self.loop.mode == "sync" or (self.cluster.backend == "ray" and not self.colocate),
+            "loop.mode=async needs disaggregated engines: set cluster.backend=ray and colocate=false",
+        )
+        check(
+            self.cluster.backend == "local" or not self.checkpoint.hf_export,
+            "checkpoint.hf_export is not supported with cluster.backend=ray yet (the ranks hold sharded "
+            "weights); set checkpoint.hf_export=false and export with `heron ckpt` afterwards",
+        )
+        mini = self.rollout.num_samples // max(self.train.steps_per_rollout, 1)
+        check(
+            mini % world == 0,
+            f"train.world_size={world} must divide the mini-batch of {mini} samples "
+            f"(rollout samples / train.steps_per_rollout): each rank trains on an equal share",
         )
 
 

@@ -20,6 +20,8 @@ class TrainConfig:
     grad_clip: float = doc("Clip the global grad norm to this value; 0 disables clipping.", 1.0)
     steps_per_rollout: int = doc("Optimizer steps per rollout: the batch is split into this many mini-batches.", 1)
     micro_batch_size: int = doc("Sequences per forward/backward; gradients accumulate over a mini-batch.", 8)
+    world_size: int = doc("Data-parallel trainer ranks (torch.distributed group); > 1 needs cluster.backend=ray.", 1)
+    parallel: Literal["fsdp2", "ddp"] = doc("Data parallelism of the ranks: fsdp2 (fully_shard, default) or ddp.", "fsdp2")
     recompute_old_logprobs: bool = doc(
         "Recompute old logprobs with the trainer before the first step (else use the engine's).", True
     )
@@ -31,4 +33,5 @@ class TrainConfig:
         check(0 <= self.min_lr_ratio <= 1, f"train.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         check(self.grad_clip >= 0, f"train.grad_clip must be >= 0, got {self.grad_clip}")
         check(self.steps_per_rollout >= 1, f"train.steps_per_rollout must be >= 1, got {self.steps_per_rollout}")
+        check(self.world_size >= 1, f"train.world_size must be >= 1, got {self.world_size}")
         check(self.micro_batch_size >= 1, f"train.micro_batch_size must be >= 1, got {self.micro_batch_size}")

@@ -93,7 +93,7 @@ class PolicyTrainer(Resident):
         self._host_weights_version = self.version
 
     def _optimizer_step(self, mini: TrainBatch, ref_logprobs: torch.Tensor | None) -> dict[str, float]:
-        normalizer = max(mini.num_loss_tokens, 1.0)
+        normalizer = self._loss_normalizer(mini)
         sums: dict[str, float] = defaultdict(float)
         micro_size = self.cfg.micro_batch_size
         for i, micro in enumerate(mini.chunks(micro_size)):
@@ -106,12 +106,20 @@ class PolicyTrainer(Resident):
             for key, value in metrics.items():
                 sums[key] += float(value)
         max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
-        sums["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
+        sums["grad_norm"] = self._clip_grad_norm(max_norm)
         sums["lr"] = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return sums
+
+    def _loss_normalizer(self, mini: TrainBatch) -> float:
+        """Divisor of every loss term: the mini-batch's loss-token count (data-parallel
+        trainers override it with the global count, see ``heron.parallel``)."""
+        return max(mini.num_loss_tokens, 1.0)
+
+    def _clip_grad_norm(self, max_norm: float) -> float:
+        return float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
 
     @host_only
     def weights(self) -> dict[str, torch.Tensor]:

@@ -1,0 +1,58 @@
+"""``RemoteEngine``: the driver's stand-in for one or more engine actors. It keeps the
+``RolloutEngine`` contract, so the generator, evaluator and loop use it like a local engine.
+
+Requests are split into contiguous, near-equal chunks, one per engine, generated
+concurrently and returned in request order (outputs do not depend on batching, see
+``heron.rollout.engine``). A weight push is put into the object store once and loaded by
+every engine; each then reports the version it serves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import ray
+
+from heron.cluster.remote_call import ActorRef, PendingBroadcast, wait_all
+from heron.records import Generation, GenerationRequest
+from heron.weights.version import WeightVersionError
+from heron.weights.wire import WeightFile, to_wire
+
+
+class RemoteEngine:
+    def __init__(self, engines: list[ActorRef], timeout_s: float):
+        self.engines = engines
+        self.timeout_s = timeout_s
+
+    def served_versions(self) -> dict[str, int]:
+        """Engine name -> the policy version it reports serving."""
+        versions = wait_all([(e, e.submit_host("get", "policy_version")) for e in self.engines], "policy_version", self.timeout_s)
+        return {e.name: v for e, v in zip(self.engines, versions)}
+
+    @property
+    def policy_version(self) -> int:
+        served = self.served_versions()
+        if len(set(served.values())) > 1:
+            raise WeightVersionError(f"engines serve different policy versions: {served}")
+        return next(iter(served.values()))
+
+    def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
+        num = len(self.engines)
+        bounds = [round(i * len(requests) / num) for i in range(num + 1)]
+        pending = [
+            (engine, engine.submit("generate", requests[lo:hi]))
+            for engine, lo, hi in zip(self.engines, bounds, bounds[1:])
+            if hi > lo
+        ]
+        return [g for chunk in wait_all(pending, "generate", self.timeout_s) for g in chunk]
+
+    def load_weights(self, state: Mapping | WeightFile, version: int) -> None:
+        """``state``: a tensor or numpy state dict (sent through the object store), a
+        ``WeightFile`` (each engine reads the file) or a ``PendingBroadcast`` (each engine
+        receives from trainer rank 0)."""
+        if isinstance(state, PendingBroadcast):
+            receivers = [(e, e.submit_host("receive_weights", version)) for e in self.engines]
+            wait_all(receivers + state.sender, "load_weights (broadcast)", self.timeout_s)
+            return
+        payload = state if isinstance(state, WeightFile) else ray.put(to_wire(dict(state)))
+        wait_all([(e, e.submit("load_weights", payload, version)) for e in self.engines], "load_weights", self.timeout_s)

@@ -1,0 +1,113 @@
+"""``TrainerGroup``: the driver's stand-in for ``train.world_size`` trainer rank actors,
+with the verbs the run uses on a ``PolicyTrainer`` (``train``, ``weights``, ``version``).
+
+``train`` gives each rank its share of every mini-batch (``shard_for_ranks``) and runs all
+ranks concurrently; the ranks form a torch.distributed group and return already-reduced
+metrics. ``weights`` all-gathers the full weights; rank 0's copy is returned, as numpy
+arrays (object-store transport) or as a versioned safetensors file (disk transport).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from heron.cluster.remote_call import ActorRef, PendingBroadcast, wait_all
+from heron.parallel.shard_batch import shard_for_ranks
+from heron.trainer.batch import TrainBatch
+
+if TYPE_CHECKING:
+    from heron.config.root import HeronConfig
+
+
+def build_trainer_rank(cfg: "HeronConfig", rank: int, world_size: int, master_addr: str, master_port: int):
+    """Runs inside a trainer actor: joins the process group, then builds the same
+    ``PolicyTrainer`` as the local executor, made data-parallel from outside."""
+    from heron.components import build_policy_trainer
+    from heron.parallel.data_parallel import apply_data_parallel, init_process_group
+    from heron.parallel.dp_trainer import DataParallelTrainer
+    from heron.plugins.run_hooks import load_run_hooks
+
+    init_process_group(
+        rank, world_size, master_addr, master_port,
+        device=cfg.cluster.device, timeout_s=cfg.cluster.collective_timeout_s,
+    )
+    torch.manual_seed(cfg.run.seed)
+    return build_policy_trainer(
+        cfg, load_run_hooks(cfg).policy_loss,
+        parallelize=partial(apply_data_parallel, kind=cfg.train.parallel), trainer_cls=DataParallelTrainer,
+    )
+
+
+class TrainerGroup:
+    def __init__(self, ranks: list[ActorRef], cfg: "HeronConfig", weight_dir: str):
+        self.ranks = ranks
+        self.steps = cfg.train.steps_per_rollout
+        self.transport = cfg.cluster.weight_transport
+        self.weight_dir = weight_dir
+        self.timeout_s = cfg.cluster.call_timeout_s
+        self.version = 0  # policy version, as PolicyTrainer.version: train() calls applied
+
+    def train(self, batch: TrainBatch) -> dict[str, float]:
+        shards = shard_for_ranks(batch, self.steps, len(self.ranks))
+        metrics = wait_all([(r, r.submit("train", s)) for r, s in zip(self.ranks, shards)], "train", self.timeout_s)
+        self.version += 1
+        return metrics[0]
+
+    def weights(self):
+        """Rank 0's full weights: a numpy state dict, a ``WeightFile`` (disk transport), or a
+        ``PendingBroadcast`` that the engines complete by receiving (broadcast transport)."""
+        if self.transport == "broadcast":  # rank 0 sends once the engines receive: do not wait here
+            pending = [(self.ranks[0], self.ranks[0].submit_host("send_weights", self.version))]
+            pending += [(r, r.submit("weights")) for r in self.ranks[1:]]  # join the all-gather
+            return PendingBroadcast(pending, self.version)
+        if self.transport == "disk":
+            pending = [(r, r.submit_host("call_to_file", "weights", self.weight_dir, self.version)) for r in self.ranks]
+        else:
+            pending = [(r, r.submit("weights")) for r in self.ranks]
+        return wait_all(pending, "weights", self.timeout_s)[0]
+
+    def gather_weights(self) -> dict:
+        """Rank 0's full weights as numpy arrays, whatever the transport (tests, export)."""
+        return wait_all([(r, r.submit("weights")) for r in self.ranks], "weights", self.timeout_s)[0]
+
+    def apply_all(self, fn, *args) -> list:
+        """Runs ``fn(rank_trainer, *args)`` on every rank concurrently (collectives such as a
+        DCP save or load need all ranks)."""
+        name = getattr(fn, "__name__", "apply")
+        return wait_all([(r, r.submit_host("apply", fn, *args)) for r in self.ranks], name, self.timeout_s)
+
+    # --- run checkpoints (heron.checkpoint): the same two verbs as PolicyTrainer ---
+    def save_checkpoint(self, writer, rollout_id: int, run_state: dict) -> None:
+        """Every rank writes its DCP shards into the writer's temporary folder; the writer
+        (in this process) adds the state file and manifest and commits."""
+        from heron.cluster.rank_checkpoint import save_rank_shards
+
+        def write_shards(temp: Path):
+            results = self.apply_all(save_rank_shards, str(Path(temp).resolve()))
+            checksums = {k: v for _, rank_sums, _ in results for k, v in rank_sums.items()}
+            fingerprint, _, trainer_state = results[0]
+            run_state["trainer"] = trainer_state
+            return fingerprint, checksums
+
+        writer.save_sharded(rollout_id, run_state, write_shards)
+
+    def load_checkpoint(self, checkpoint, run_config: dict) -> None:
+        from heron.cluster.rank_checkpoint import load_rank_checkpoint
+
+        self.version = self.apply_all(load_rank_checkpoint, checkpoint, run_config)[0]
+
+    def save_state(self, folder: str) -> None:
+        """Model + optimizer as DCP shards (every rank writes its own), loadable at any world size."""
+        from heron.parallel.train_state import save_train_state
+
+        self.apply_all(save_train_state, folder)
+
+    def load_state(self, folder: str) -> int:
+        from heron.parallel.train_state import load_train_state
+
+        self.version = self.apply_all(load_train_state, folder)[0]
+        return self.version

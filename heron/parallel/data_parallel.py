@@ -1,0 +1,84 @@
+"""The one place where a model is made data-parallel, and the collectives the trainer needs.
+
+FSDP2 (``fully_shard``, the default) shards parameters, gradients and optimizer state across
+ranks: each repeated block (every child of an ``nn.ModuleList``, i.e. the decoder layers) is
+one FSDP unit, the root holds the rest (embeddings, tied head, final norm). DDP replicates the
+model and all-reduces gradients. Both *average* gradients over ranks, which is why
+``DataParallelTrainer`` divides its loss by ``global_tokens / world_size`` (see there).
+
+gloo on CPU, nccl on CUDA. Every collective inherits the process group's timeout, so a dead
+or hung rank raises instead of blocking forever.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Literal
+
+import torch
+import torch.distributed as dist
+
+ParallelKind = Literal["fsdp2", "ddp"]
+
+
+def init_process_group(
+    rank: int, world_size: int, master_addr: str, master_port: int, *, device: str = "cpu", timeout_s: float = 300.0
+) -> None:
+    """Joins the trainer group; ``timeout_s`` bounds the rendezvous and every later collective."""
+    dist.init_process_group(
+        backend="nccl" if device == "cuda" else "gloo",
+        init_method=f"tcp://{master_addr}:{master_port}",
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=timeout_s),
+    )
+
+
+def apply_data_parallel(model: torch.nn.Module, kind: ParallelKind) -> torch.nn.Module:
+    """Returns the model to train: the same module sharded in place (fsdp2) or a DDP wrapper."""
+    if kind == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+
+        for module in list(model.modules()):
+            if isinstance(module, torch.nn.ModuleList):
+                for block in module:
+                    fully_shard(block)
+        fully_shard(model)
+        return model
+    if kind == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model)
+    raise ValueError(f"unknown data parallelism {kind!r}; use fsdp2 or ddp")
+
+
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The unsharded weights with the plain model's names, on the host. A collective: every
+    rank must call it; every rank gets the full dict."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True, broadcast_from_rank0=False))
+
+
+def all_reduce_sum(value: float) -> float:
+    """Sum of ``value`` over the ranks (float64, so counts stay exact)."""
+    tensor = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return float(tensor.item())
+
+
+def all_reduce_mean(metrics: dict[str, float]) -> dict[str, float]:
+    """Mean of each metric over the ranks; every rank passes the same keys in the same order."""
+    keys = sorted(metrics)
+    tensor = torch.tensor([metrics[k] for k in keys], dtype=torch.float64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    tensor /= dist.get_world_size()
+    return dict(zip(keys, tensor.tolist()))
+
+
+def clip_grad_norm(model: torch.nn.Module, max_norm: float) -> float:
+    """Clips the global gradient norm over all ranks' shards; returns the norm before clipping."""
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor holding partial sums
+        norm = norm.full_tensor()
+    return float(norm)

@@ -1,0 +1,39 @@
+"""``DataParallelTrainer``: one rank of a data-parallel ``PolicyTrainer``.
+
+Each rank trains on its share of every mini-batch. Equivalence with one process on the
+whole mini-batch: the loss of rank r is ``sum_r(token terms) / (T / N)`` where T is the
+global loss-token count of the mini-batch (all-reduced) and N the world size. FSDP2 and DDP
+average gradients over ranks, so the applied gradient is
+``(1/N) * sum_r grad(sum_r / (T/N)) = grad(sum_all / T)`` -- exactly the single-process
+token-level gradient. Metric sums follow the same algebra, so their rank mean is the
+single-process value. Only float summation order differs.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from heron.parallel.data_parallel import all_reduce_mean, all_reduce_sum, clip_grad_norm, full_state_dict
+from heron.trainer.batch import TrainBatch
+from heron.trainer.policy_trainer import PolicyTrainer
+
+
+class DataParallelTrainer(PolicyTrainer):
+    """A ``PolicyTrainer`` whose model was made data-parallel by ``apply_data_parallel``."""
+
+    def _loss_normalizer(self, mini: TrainBatch) -> float:
+        global_tokens = all_reduce_sum(mini.num_loss_tokens)
+        return max(global_tokens, 1.0) / dist.get_world_size()
+
+    def _clip_grad_norm(self, max_norm: float) -> float:
+        return clip_grad_norm(self.model, max_norm)
+
+    def train(self, batch: TrainBatch) -> dict[str, float]:
+        """This rank's share of the rollout (``steps_per_rollout`` mini-batches, in order)."""
+        return all_reduce_mean(super().train(batch))
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The full weights on rank 0 (an all-gather: every rank must call), {} elsewhere."""
+        state = full_state_dict(self.model)
+        return state if dist.get_rank() == 0 else {}

@@ -1,0 +1,39 @@
+"""Splitting a rollout's ``TrainBatch`` across data-parallel ranks.
+
+The trainer takes ``steps`` optimizer steps, each on one contiguous mini-batch of
+``len(batch) / steps`` rows. Rank r gets the r-th equal share of *every* mini-batch, in step
+order, so each rank's step s sees exactly its part of the single-process step s. Rows keep
+the whole batch's padding, so a rank computes the same per-row values as one process would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from heron.trainer.batch import TrainBatch
+
+
+def shard_for_ranks(batch: TrainBatch, steps: int, world_size: int) -> list[TrainBatch]:
+    mini = len(batch) // steps
+    if len(batch) % steps or mini % world_size:
+        raise ValueError(f"{len(batch)} rows do not split into {steps} mini-batches x {world_size} equal rank shares")
+    share = mini // world_size
+    return [
+        concat([batch.select(slice(s * mini + r * share, s * mini + (r + 1) * share)) for s in range(steps)])
+        for r in range(world_size)
+    ]
+
+
+def concat(parts: list[TrainBatch]) -> TrainBatch:
+    """Rows of ``parts`` stacked in order (all parts share one padded length)."""
+    return replace(
+        parts[0],
+        sample_ids=[i for p in parts for i in p.sample_ids],
+        input_ids=torch.cat([p.input_ids for p in parts]),
+        attention_mask=torch.cat([p.attention_mask for p in parts]),
+        loss_mask=torch.cat([p.loss_mask for p in parts]),
+        advantages=torch.cat([p.advantages for p in parts]),
+        old_logprobs=torch.cat([p.old_logprobs for p in parts]),
+    )

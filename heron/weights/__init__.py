@@ -1,0 +1,1 @@
+"""Weight transport from the trainer to the rollout engines, versioned."""

@@ -1,0 +1,65 @@
+"""Disaggregated weight push over torch.distributed: trainer rank 0 broadcasts to the engines.
+
+The group (rank 0 = trainer rank 0, ranks 1..E = engines) is separate from the trainer's
+data-parallel group: it is built from its own ``TCPStore`` and ``ProcessGroupGloo`` (nccl
+on CUDA would use the same shape), so neither group's collectives can mismatch the other's.
+
+One push: rank 0 publishes the layout (names, shapes, dtypes) in the store under the
+version's key, then broadcasts one flat buffer per dtype; engines read the layout, receive
+into fresh buffers and split them back into named tensors. Every wait is bounded by the
+group's timeout.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+DTYPES = {str(d): d for d in (torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64)}
+
+
+class WeightBroadcastGroup:
+    def __init__(self, addr: str, port: int, rank: int, size: int, timeout_s: float):
+        timeout = timedelta(seconds=timeout_s)
+        self.rank = rank
+        self.store = dist.TCPStore(addr, port, size, is_master=rank == 0, timeout=timeout)
+        self.group = dist.ProcessGroupGloo(self.store, rank, size, timeout)
+
+    def _broadcast(self, flat: torch.Tensor) -> None:
+        options = dist.BroadcastOptions()
+        options.rootRank = 0
+        self.group.broadcast([flat], options).wait()
+
+    def send(self, state: dict[str, torch.Tensor], version: int) -> None:
+        """Rank 0 only. Tied tensors are sent once (the engine accepts either alias)."""
+        seen, names = set(), []
+        for name, tensor in state.items():
+            if tensor.untyped_storage().data_ptr() not in seen:
+                seen.add(tensor.untyped_storage().data_ptr())
+                names.append(name)
+        layout = [(n, list(state[n].shape), str(state[n].dtype)) for n in names]
+        self.store.set(f"layout/{version}", json.dumps(layout))
+        for dtype in sorted({d for _, _, d in layout}):
+            self._broadcast(torch.cat([state[n].detach().reshape(-1) for n, _, d in layout if d == dtype]))
+
+    def receive(self, version: int) -> dict[str, torch.Tensor]:
+        """Engines: the state rank 0 sends for ``version``."""
+        layout = json.loads(self.store.get(f"layout/{version}"))
+        state = {}
+        for dtype in sorted({d for _, _, d in layout}):
+            entries = [(n, shape) for n, shape, d in layout if d == dtype]
+            flat = torch.empty(sum(_numel(s) for _, s in entries), dtype=DTYPES[dtype])  # [sum of numels]
+            self._broadcast(flat)
+            for (name, shape), part in zip(entries, flat.split([_numel(s) for _, s in entries])):
+                state[name] = part.view(shape)
+        return state
+
+
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n

@@ -1,0 +1,24 @@
+"""The served-version check: after a push, every engine must serve the trainer's version."""
+
+from __future__ import annotations
+
+
+class WeightVersionError(RuntimeError):
+    """An engine serves other weights than the trainer pushed (a lost or stale push)."""
+
+
+def check_served_versions(served: dict[str, int], expected: int) -> None:
+    """``served`` maps engine name -> the version it reports; raises naming the first mismatch."""
+    for name, version in served.items():
+        if version != expected:
+            raise WeightVersionError(
+                f"{name} serves policy version {version} but the trainer pushed version {expected}; "
+                f"samples would come from stale weights"
+            )
+
+
+def served_versions(engine) -> dict[str, int]:
+    """What each engine behind ``engine`` serves: one entry locally, one per actor on Ray."""
+    if hasattr(engine, "served_versions"):
+        return engine.served_versions()
+    return {"engine": engine.policy_version}

@@ -1,0 +1,88 @@
+"""Faults on a real Ray cluster: a hung or killed engine actor, a killed trainer rank, and a
+placement group the cluster cannot hold. Each must fail fast with an error naming the actor
+(or the sizes), and leave no actor behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+import ray
+
+from heron.checkpoint.reader import find_latest
+from heron.cluster.errors import ClusterError
+from heron.components import build_policy_trainer
+from heron.config.base import to_dict
+from heron.config.root import load_config
+from heron.rl_run import RLRun
+
+CALL_TIMEOUT_S = 6
+
+
+def _config(toy_model_dir, toy_data_path, tmp_path, *extra):
+    return load_config(None, [
+        f"model.path={toy_model_dir}", f"data.path={toy_data_path}", "eval.path=", f"run.dir={tmp_path}",
+        "rollout.num_rollouts=2", "rollout.batch_size=2", "rollout.samples_per_prompt=2", "rollout.max_new_tokens=4",
+        "train.micro_batch_size=2", "tracking.progress=false", "checkpoint.enabled=false", "tracking.summary=false",
+        "cluster.backend=ray", "cluster.cpus_per_bundle=0.5", f"cluster.call_timeout_s={CALL_TIMEOUT_S}",
+        "cluster.startup_timeout_s=60", *extra,
+    ])
+
+
+def _pid(actor_ref) -> int:
+    return ray.get(actor_ref.handle.pid.remote(), timeout=30)
+
+
+def _assert_all_gone(actors) -> None:
+    for actor in actors:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(actor.handle.pid.remote(), timeout=30)
+
+
+def test_engine_killed_mid_rollout_names_it_and_the_last_checkpoint_loads(
+    ray_session, toy_model_dir, toy_data_path, tmp_path
+):
+    cfg = _config(toy_model_dir, toy_data_path, tmp_path, "checkpoint.enabled=true", "checkpoint.interval=1")
+    with pytest.raises(ClusterError, match=r"engine-0 died during 'generate'"):
+        with RLRun(cfg) as run:
+            actors = list(run.c.executor.actors)
+            run.train(run.advantages(run.reward(run.generate(0))))
+            run.push_weights()
+            run.checkpoint(0)
+            engine_pid = _pid(run.c.engine.engines[0])
+            os.kill(engine_pid, signal.SIGSTOP)  # frozen: the generate call below cannot finish
+            threading.Timer(1.0, os.kill, (engine_pid, signal.SIGKILL)).start()  # dies mid-call
+            start = time.monotonic()
+            try:
+                run.generate(1)
+            finally:
+                elapsed = time.monotonic() - start
+    assert elapsed < CALL_TIMEOUT_S, f"the death took {elapsed:.1f}s to surface"
+    _assert_all_gone(actors)
+    checkpoint = find_latest(tmp_path / "checkpoints")
+    assert checkpoint is not None and checkpoint.rollout_id == 0
+    trainer = build_policy_trainer(cfg)
+    trainer.load_checkpoint(checkpoint, to_dict(cfg))
+    assert trainer.version == 1
+
+
+def test_hung_engine_times_out_naming_it(ray_session, toy_model_dir, toy_data_path, tmp_path):
+    with pytest.raises(ClusterError, match=rf"engine-0: 'generate' did not finish within {CALL_TIMEOUT_S}s"):
+        with RLRun(_config(toy_model_dir, toy_data_path, tmp_path)) as run:
+            actors = list(run.c.executor.actors)
+            os.kill(_pid(run.c.engine.engines[0]), signal.SIGSTOP)  # hung, not dead
+            run.generate(0)
+    _assert_all_gone(actors)
+
+
+def test_trainer_rank_killed_names_it(ray_session, toy_model_dir, toy_data_path, tmp_path):
+    with pytest.raises(ClusterError, match=r"trainer-rank-1 died during 'train'"):
+        with RLRun(_config(toy_model_dir, toy_data_path, tmp_path, "train.world_size=2")) as run:
+            actors = list(run.c.executor.actors)
+            batch = run.advantages(run.reward(run.generate(0)))
+            os.kill(_pid(run.c.trainer.ranks[1]), signal.SIGKILL)
+            run.train(batch)  # rank 0 blocks in a collective; rank 1's death must surface first
+    _assert_all_gone(actors)
