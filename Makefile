@@ -20,7 +20,7 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/heron demo --run-dir runs/demo
+	$(BIN)/heron demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
@@ -29,7 +29,7 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m slow
 
 bench: $(STAMP)
-	$(BIN)/python bench/engine.py
+	for b in bench/engine.py bench/residency.py bench/checkpoint.py bench/async.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf runs .pytest_cache
