@@ -39,11 +39,13 @@ def supervised_sample(prompt: Prompt, formatter: PromptFormatter, eos_id: int, s
 
 def run_sft(cfg: HeronConfig, progress: bool = True) -> Path:
     """Trains ``sft.num_steps`` steps and writes the model + tokenizer to the SFT output folder."""
+    from heron.config.base import ConfigError
+
     check_inputs(cfg)
     if not (cfg.sft.path or cfg.data.path):
-        from heron.config.base import ConfigError
-
         raise ConfigError("heron sft needs supervised examples: set sft.path or data.path")
+    if sft_output_dir(cfg).exists():  # never overwrite a model someone saved
+        raise ConfigError(f"sft output '{sft_output_dir(cfg)}' already exists; set sft.output=<new folder> or remove it")
     torch.manual_seed(cfg.run.seed)
     tokenizer = load_tokenizer(cfg.model.path)
     formatter = PromptFormatter(tokenizer, cfg.data.apply_chat_template)

@@ -41,3 +41,15 @@ def test_config_command_lists_documented_keys():
     r = _run("config")
     assert r.returncode == 0
     assert "rollout.samples_per_prompt" in r.stdout and "GRPO group size" in r.stdout
+
+
+def test_sft_refuses_to_overwrite_an_existing_output(tmp_path, toy_model_dir):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "1+1=", "label": "2"}\n')
+    out = tmp_path / "sft-model"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    r = _run("sft", f"model.path={toy_model_dir}", f"data.path={data}", f"sft.output={out}", "sft.num_steps=1")
+    assert r.returncode == 2
+    assert "already exists" in r.stderr and "\n" not in r.stderr.strip()
+    assert (out / "keep.txt").read_text() == "mine"
