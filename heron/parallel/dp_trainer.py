@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from heron.parallel.data_parallel import all_reduce_mean, all_reduce_sum, clip_grad_norm, full_state_dict
+from heron.residency import needs_device
 from heron.residency.snapshot import host_snapshot_of
 from heron.trainer.batch import TrainBatch
 from heron.trainer.policy_trainer import PolicyTrainer
@@ -30,6 +31,7 @@ class DataParallelTrainer(PolicyTrainer):
     def _clip_grad_norm(self, max_norm: float) -> float:
         return clip_grad_norm(self.model, max_norm)
 
+    @needs_device
     def train(self, batch: TrainBatch) -> dict[str, float]:
         """This rank's share of the rollout (``steps_per_rollout`` mini-batches, in order)."""
         return all_reduce_mean(super().train(batch))
