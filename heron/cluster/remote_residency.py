@@ -22,7 +22,9 @@ proxy is then ``failed``), within the call deadline.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager, nullcontext
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from functools import partial
 from typing import TYPE_CHECKING
 
 from heron.cluster.errors import ClusterError
@@ -104,8 +106,10 @@ class ActorResidency(Residency):
 
 
 class ResidencySet:
-    """The residencies of a stand-in's actors, entered together (in actor order; the
-    coordinator sleeps what shares each actor's bundle before waking it)."""
+    """The residencies of a stand-in's actors, entered together. Each actor sits on its own
+    bundle, so their resident scopes are entered (and left) concurrently, one thread per
+    actor: N ranks wake in the time of one, each after the coordinator slept what shares its
+    bundle. If a member's entry fails, the others are left again and its error is raised."""
 
     def __init__(self, members: list[ActorResidency]):
         self.members = members
@@ -122,17 +126,41 @@ class ResidencySet:
 
     @contextmanager
     def resident(self, operation: str) -> Iterator[None]:
-        with ExitStack() as stack:
-            for member in self.members:
-                stack.enter_context(member.resident(operation))
+        with self._all([m.resident(operation) for m in self.members]):
             yield
 
     @contextmanager
     def host_only(self, operation: str) -> Iterator[None]:
-        with ExitStack() as stack:
+        with ExitStack() as stack:  # no transitions: nothing to overlap
             for member in self.members:
                 stack.enter_context(member.host_only(operation))
             yield
+
+    @staticmethod
+    @contextmanager
+    def _all(scopes: list[AbstractContextManager]) -> Iterator[None]:
+        if len(scopes) == 1:
+            with scopes[0]:
+                yield
+            return
+        entered = _concurrently([s.__enter__ for s in scopes])
+        done = [s for s, error in zip(scopes, entered) if error is None]
+        failed = next((e for e in entered if e is not None), None)
+        if failed is not None:
+            _concurrently([partial(s.__exit__, None, None, None) for s in done])
+            raise failed
+        exc_info = (None, None, None)
+        try:
+            yield
+        except BaseException as error:
+            exc_info = (type(error), error, error.__traceback__)
+            raise
+        finally:
+            left = _concurrently([partial(s.__exit__, *exc_info) for s in done])
+            if exc_info[0] is None:
+                first = next((e for e in left if e is not None), None)
+                if first is not None:
+                    raise first
 
     def sleep(self) -> None:
         for member in self.members:
@@ -149,6 +177,13 @@ class ResidencySet:
             for category, num_bytes in member.memory_report().items():
                 total[category] = total.get(category, 0) + num_bytes
         return total
+
+
+def _concurrently(calls: list) -> list[BaseException | None]:
+    """Runs the calls in one thread each; returns each one's exception (None on success)."""
+    with ThreadPoolExecutor(max_workers=len(calls) or 1) as pool:
+        futures = [pool.submit(call) for call in calls]
+    return [f.exception() for f in futures]
 
 
 def _attach(actors: list[ActorRef], bundles: list[int], offload: bool, cfg: "HeronConfig",

@@ -107,8 +107,8 @@ def test_colocated_actors_take_turns_and_match_disaggregated(ray_session, toy_mo
         toy_model_dir, toy_data_path, tmp_path / "colocated", "colocate=true", "train.world_size=2"),
         after_loop=_eval_with_trainer_awake)
     end = [(name, state) for name, state, _ in transitions[-5:]]
-    assert end == [("trainer-rank-0", "awake"), ("trainer-rank-1", "awake"), ("trainer-rank-0", "asleep"),
-                   ("engine-0", "awake"), ("engine-0", "asleep")], end
+    assert sorted(end[:2]) == [("trainer-rank-0", "awake"), ("trainer-rank-1", "awake")], end  # woken concurrently
+    assert end[2:] == [("trainer-rank-0", "asleep"), ("engine-0", "awake"), ("engine-0", "asleep")], end
     assert transitions[-2][2] == {"bundle-0": ["engine-0"], "bundle-1": ["trainer-rank-1"]}
     assert transitions, "no actor ever slept or woke"
     crowded = [entry for entry in transitions if any(len(names) > 1 for names in entry[2].values())]
