@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import warnings
-
 import torch
 
 from heron.algo.advantages import ADVANTAGE_ESTIMATORS
@@ -96,12 +94,7 @@ def build_components(cfg: HeronConfig) -> Components:
     try:
         engine = executor.engine(tokenizer.pad_token_id)
         trainer = executor.trainer(hooks.policy_loss)
-        residency = build_residency(cfg, trainer, engine) if cfg.cluster.backend == "local" else None
-        if residency is None and cfg.colocate:
-            warnings.warn(
-                "colocate=true on cluster.backend=ray shares bundles but does not sleep/wake actors yet "
-                "(cross-actor residency is not implemented): trainer and engines both stay resident"
-            )
+        residency = executor.residency(trainer, engine)  # local: in-process; ray: per actor + driver proxies
     except BaseException:
         executor.close()
         raise

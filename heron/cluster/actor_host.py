@@ -66,8 +66,36 @@ class ComponentHost:
         return self.component.policy_version
 
     def apply(self, fn: Callable, *args) -> Any:
-        """Runs ``fn(component, *args)``: free functions over the component (e.g. DCP state I/O)."""
-        return fn(self.component, *args)
+        """Runs ``fn(component, *args)``: free functions over the component (e.g. DCP state I/O).
+        They read device memory, so they run in a resident scope (wakes an offloaded component)."""
+        residency = getattr(self.component, "residency", None)
+        if residency is None:
+            return fn(self.component, *args)
+        with residency.resident(getattr(fn, "__name__", "apply")):
+            return fn(self.component, *args)
+
+    # --- residency (heron.cluster.actor_residency; driven by the driver's ActorResidency) ---
+    def attach_residency(self, offload: bool, wait_timeout_s: float) -> str:
+        """Gives the component its own residency; returns its state (asleep when offloaded)."""
+        from heron.cluster.actor_residency import attach_in_actor
+
+        return attach_in_actor(self.component, self.name, offload, wait_timeout_s).state.value
+
+    def sleep(self) -> tuple[str, dict[str, int]]:
+        """Releases the component's device memory; returns (state, bytes released per category)."""
+        self.component.sleep()
+        return self.component.residency.state.value, dict(self.component.residency.released_bytes)
+
+    def wake(self) -> str:
+        self.component.wake()
+        return self.component.residency.state.value
+
+    def residency_state(self) -> str:
+        return self.component.residency.state.value
+
+    def memory_report(self) -> dict[str, int]:
+        """Device bytes the component holds now, per category."""
+        return self.component.memory_report()
 
     def get(self, attribute: str) -> Any:
         return getattr(self.component, attribute)

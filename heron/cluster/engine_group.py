@@ -5,6 +5,10 @@ Requests are split into contiguous, near-equal chunks, one per engine, generated
 concurrently and returned in request order (outputs do not depend on batching, see
 ``heron.rollout.engine``). A weight push is put into the object store once and loaded by
 every engine; each then reports the version it serves.
+
+Operations are declared like the local engine's (``@needs_device`` wakes the engine actors
+through their residency proxies, sleeping colocated trainer ranks first; see
+``heron.cluster.remote_residency``); ``residency`` is attached by the executor.
 """
 
 from __future__ import annotations
@@ -15,27 +19,31 @@ import ray
 
 from heron.cluster.remote_call import ActorRef, PendingBroadcast, wait_all
 from heron.records import Generation, GenerationRequest
+from heron.residency import Resident, host_only, needs_device
 from heron.weights.version import WeightVersionError
 from heron.weights.wire import WeightFile, to_wire
 
 
-class RemoteEngine:
+class RemoteEngine(Resident):
     def __init__(self, engines: list[ActorRef], timeout_s: float):
         self.engines = engines
         self.timeout_s = timeout_s
 
+    @host_only
     def served_versions(self) -> dict[str, int]:
         """Engine name -> the policy version it reports serving."""
         versions = wait_all([(e, e.submit_host("get", "policy_version")) for e in self.engines], "policy_version", self.timeout_s)
         return {e.name: v for e, v in zip(self.engines, versions)}
 
     @property
+    @host_only
     def policy_version(self) -> int:
         served = self.served_versions()
         if len(set(served.values())) > 1:
             raise WeightVersionError(f"engines serve different policy versions: {served}")
         return next(iter(served.values()))
 
+    @needs_device
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         num = len(self.engines)
         bounds = [round(i * len(requests) / num) for i in range(num + 1)]
@@ -46,6 +54,7 @@ class RemoteEngine:
         ]
         return [g for chunk in wait_all(pending, "generate", self.timeout_s) for g in chunk]
 
+    @needs_device
     def load_weights(self, state: Mapping | WeightFile, version: int) -> None:
         """``state``: a tensor or numpy state dict (sent through the object store), a
         ``WeightFile`` (each engine reads the file) or a ``PendingBroadcast`` (each engine

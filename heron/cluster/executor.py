@@ -22,6 +22,10 @@ class Executor(Protocol):
 
     def trainer(self, policy_loss=None): ...
 
+    def residency(self, trainer, engine):
+        """Attaches sleep/wake to both; returns the run's ``Coordinator``."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -38,6 +42,11 @@ class LocalExecutor:
         from heron.components import build_policy_trainer
 
         return build_policy_trainer(self.cfg, policy_loss)
+
+    def residency(self, trainer, engine):
+        from heron.components import build_residency
+
+        return build_residency(self.cfg, trainer, engine)
 
     def close(self) -> None:
         pass

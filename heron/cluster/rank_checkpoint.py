@@ -39,4 +39,5 @@ def load_rank_checkpoint(trainer, checkpoint, run_config: dict) -> int:
     dcp_io.load_into(trainer.model, trainer.optimizer, checkpoint.path, process_group=dist.group.WORLD)
     trainer.scheduler.load_state_dict(checkpoint.state["trainer"]["scheduler"])
     trainer.version = checkpoint.state["trainer"]["version"]
+    trainer._publish_weights()  # collective: the host snapshot weights() serves follows the load
     return trainer.version

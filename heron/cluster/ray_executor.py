@@ -86,6 +86,13 @@ class RayExecutor:
         weight_dir = self.cluster.weight_dir or str(Path(self.cfg.run.dir).resolve() / "weights")
         return TrainerGroup(ranks, self.cfg, weight_dir)
 
+    def residency(self, trainer: TrainerGroup, engine: RemoteEngine):
+        """Attaches residency inside every actor and proxies on the driver; returns the
+        coordinator that arbitrates each bundle when colocated (``heron.cluster.remote_residency``)."""
+        from heron.cluster.remote_residency import attach_remote_residency
+
+        return attach_remote_residency(trainer, engine, self.plan, self.cfg)
+
     def _join_weight_group(self, sender: ActorRef) -> None:
         """Trainer rank 0 (rank 0) and the engines (1..E) form the broadcast group. Needs the
         engines: ``engine()`` runs before ``trainer()``."""

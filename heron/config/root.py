@@ -80,6 +80,11 @@ class HeronConfig:
             "checkpoint.hf_export is not supported with cluster.backend=ray yet (the ranks hold sharded "
             "weights); set checkpoint.hf_export=false and export with `heron ckpt` afterwards",
         )
+        check(  # one device per bundle: two colocated engines could never take their turn together
+            self.cluster.backend == "local" or not self.colocate or self.cluster.num_engines <= world,
+            f"colocate=true places engine e on trainer rank e's bundle, so cluster.num_engines="
+            f"{self.cluster.num_engines} must be <= train.world_size={world}; lower num_engines or set colocate=false",
+        )
         mini = self.rollout.num_samples // max(self.train.steps_per_rollout, 1)
         check(
             mini % world == 0,

@@ -15,6 +15,8 @@ import torch
 import torch.distributed as dist
 
 from heron.parallel.data_parallel import all_reduce_mean, all_reduce_sum, clip_grad_norm, full_state_dict
+from heron.residency import needs_device
+from heron.residency.snapshot import host_snapshot_of
 from heron.trainer.batch import TrainBatch
 from heron.trainer.policy_trainer import PolicyTrainer
 
@@ -29,11 +31,15 @@ class DataParallelTrainer(PolicyTrainer):
     def _clip_grad_norm(self, max_norm: float) -> float:
         return clip_grad_norm(self.model, max_norm)
 
+    @needs_device
     def train(self, batch: TrainBatch) -> dict[str, float]:
         """This rank's share of the rollout (``steps_per_rollout`` mini-batches, in order)."""
         return all_reduce_mean(super().train(batch))
 
-    def weights(self) -> dict[str, torch.Tensor]:
-        """The full weights on rank 0 (an all-gather: every rank must call), {} elsewhere."""
-        state = full_state_dict(self.model)
-        return state if dist.get_rank() == 0 else {}
+    def _publish_weights(self) -> None:
+        """The host snapshot ``weights()`` hands out: the full weights on rank 0, {} elsewhere.
+        An all-gather, so it runs where every rank is anyway (end of ``train``, construction,
+        checkpoint load) and ``weights()`` stays host-only: a colocated push never wakes a rank."""
+        state = full_state_dict(self.model)  # collective; every rank must call
+        self._host_weights = host_snapshot_of(state) if dist.get_rank() == 0 else {}
+        self._host_weights_version = self.version

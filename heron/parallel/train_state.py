@@ -45,4 +45,5 @@ def load_train_state(trainer, folder: str | Path) -> int:
     meta = json.loads((folder / STATE_FILE).read_text())
     trainer.scheduler.load_state_dict(meta["scheduler"])
     trainer.version = int(meta["version"])
+    trainer._publish_weights()  # the host snapshot weights() serves follows the load
     return trainer.version

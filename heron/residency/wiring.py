@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from heron.residency.accounting import local_tensor
 from heron.residency.backend import select_backend
 from heron.residency.coordinator import Coordinator
 from heron.residency.process_group import ManagedProcessGroup
@@ -73,7 +74,7 @@ def own_storages(inventory) -> int:
     with torch.no_grad():
         for tensors in inventory.values():
             for tensor in tensors:
-                if not tensor.untyped_storage().resizable():
+                if not local_tensor(tensor).untyped_storage().resizable():
                     tensor.data = tensor.data.clone()
                     num_moved += 1
     return num_moved

@@ -74,6 +74,8 @@ def test_cluster_config_rules():
         load_config(None, [*base, "cluster.device=cuda"])
     with pytest.raises(ConfigError, match="loop.mode=async needs disaggregated engines"):
         load_config(None, [*base, "loop.mode=async", "cluster.backend=ray", "colocate=true"])
+    with pytest.raises(ConfigError, match="cluster.num_engines=2 must be <= train.world_size=1"):
+        load_config(None, [*base, "cluster.backend=ray", "colocate=true", "cluster.num_engines=2"])
     with pytest.raises(ConfigError, match="call_timeout_s must be > 0"):
         load_config(None, [*base, "cluster.call_timeout_s=0"])
     cfg = load_config(None, [*base, "train.world_size=2", "cluster.backend=ray", "train.parallel=ddp"])
