@@ -29,7 +29,7 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m slow
 
 bench: $(STAMP)
-	for b in bench/engine.py bench/residency.py bench/checkpoint.py bench/async.py; do $(BIN)/python $$b || exit 1; done
+	for b in bench/engine.py bench/residency.py bench/checkpoint.py bench/async.py bench/colocated_ray.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf runs .pytest_cache

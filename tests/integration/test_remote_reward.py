@@ -34,18 +34,24 @@ class RewardServer:
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                     seen = sum(r["response"] == body["response"] for r in server.requests)
                 try:
-                    time.sleep(0.1)
-                    if body["response"] == "slow":
-                        time.sleep(1.0)
-                    if body["response"] == "fail-once" and seen == 1:
-                        return self._answer(503, b"busy")
-                    if body["response"] == "bad":
-                        return self._answer(400, b"bad request")
-                    reward = 1.0 if body["response"] == body["label"] else 0.0
-                    self._answer(200, json.dumps({"reward": reward}).encode())
+                    code, payload = self._decide(body, seen)
                 finally:
+                    # counted out before answering: once the client has the answer it may send
+                    # the next request, which must not overlap this one in the count
                     with server.lock:
                         server.in_flight -= 1
+                self._answer(code, payload)
+
+            def _decide(self, body, seen):
+                time.sleep(0.1)
+                if body["response"] == "slow":
+                    time.sleep(1.0)
+                if body["response"] == "fail-once" and seen == 1:
+                    return 503, b"busy"
+                if body["response"] == "bad":
+                    return 400, b"bad request"
+                reward = 1.0 if body["response"] == body["label"] else 0.0
+                return 200, json.dumps({"reward": reward}).encode()
 
             def _answer(self, code, payload):
                 self.send_response(code)
