@@ -15,19 +15,13 @@ from heron.checkpoint.errors import CheckpointError
 from heron.checkpoint.layout import committed, read_latest
 from heron.checkpoint.reader import find_latest, open_checkpoint
 from heron.checkpoint.writer import CheckpointWriter
+from tests.checkpoint_helpers import model_and_optimizer
 
 
-def _model_and_optimizer(seed: int = 0, width: int = 16):
-    torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Linear(width, 3))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    model(torch.randn(4, width)).square().sum().backward()
-    optimizer.step()
-    return model, optimizer
 
 
 def _save_all(folder, ids, **kw) -> CheckpointWriter:
-    model, optimizer = _model_and_optimizer()
+    model, optimizer = model_and_optimizer()
     writer = CheckpointWriter(folder, **kw)
     for rollout_id in ids:
         writer.save(rollout_id, model, optimizer, {"note": rollout_id})
@@ -92,7 +86,7 @@ def test_unfinished_save_is_ignored_then_removed_by_next_writer(tmp_path, caplog
 
 
 def test_async_save_stages_a_copy_before_returning(tmp_path):
-    model, optimizer = _model_and_optimizer()
+    model, optimizer = model_and_optimizer()
     expected = {k: v.clone() for k, v in model.state_dict().items()}
     writer = CheckpointWriter(tmp_path, async_save=True)
     writer.save(5, model, optimizer, {})
@@ -101,16 +95,16 @@ def test_async_save_stages_a_copy_before_returning(tmp_path):
         for p in model.parameters():
             p.add_(1.0)  # training continues while the files are written
     writer.close()
-    fresh, fresh_opt = _model_and_optimizer(seed=1)
+    fresh, fresh_opt = model_and_optimizer(seed=1)
     dcp_io.load_into(fresh, fresh_opt, tmp_path / "rollout-000005")
     for name, tensor in fresh.state_dict().items():
         assert torch.equal(tensor, expected[name]), name
 
 
 def test_load_restores_model_and_optimizer_bit_exactly(tmp_path):
-    model, optimizer = _model_and_optimizer(seed=0)
+    model, optimizer = model_and_optimizer(seed=0)
     CheckpointWriter(tmp_path, async_save=False).save(0, model, optimizer, {})
-    fresh, fresh_opt = _model_and_optimizer(seed=3)
+    fresh, fresh_opt = model_and_optimizer(seed=3)
     dcp_io.load_into(fresh, fresh_opt, tmp_path / "rollout-000000")
     for a, b in zip(model.parameters(), fresh.parameters()):
         assert torch.equal(a, b)
@@ -125,7 +119,7 @@ def test_background_failure_surfaces_in_the_loop(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(dcp_io, "save", broken_save)
-    model, optimizer = _model_and_optimizer()
+    model, optimizer = model_and_optimizer()
     writer = CheckpointWriter(tmp_path, async_save=True)
     writer.save(0, model, optimizer, {})
     with pytest.raises(CheckpointError, match="async checkpoint save of rollout-000000 failed: OSError"):

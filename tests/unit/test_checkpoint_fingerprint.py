@@ -15,20 +15,14 @@ from heron.checkpoint.errors import CheckpointMismatchError
 from heron.checkpoint.fingerprint import check_config, check_model, check_optimizer, optimizer_fingerprint
 from heron.checkpoint.rng import capture_rng, restore_rng
 from heron.config.root import load_config
+from tests.checkpoint_helpers import model_and_optimizer
 
 
-def _model_and_optimizer(seed: int = 0, width: int = 16):
-    torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Linear(width, 3))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    model(torch.randn(4, width)).square().sum().backward()
-    optimizer.step()
-    return model, optimizer
 
 
 def test_fingerprint_mismatches_are_one_line():
-    model, optimizer = _model_and_optimizer(width=16)
-    other, other_opt = _model_and_optimizer(width=8)
+    model, optimizer = model_and_optimizer(width=16)
+    other, other_opt = model_and_optimizer(width=8)
     live, other_live = dcp_io.live_state(model, optimizer), dcp_io.live_state(other, other_opt)
     from heron.checkpoint.fingerprint import model_fingerprint
 
