@@ -67,7 +67,7 @@ class Components:
     trainer: PolicyTrainer  # or heron.cluster.trainer_group.TrainerGroup (same verbs)
     evaluator: EvalSuite | None
     hooks: RunHooks
-    residency: Coordinator | None = None  # sleep/wake of trainer and engine; metrics() per rollout
+    residency: Coordinator  # sleep/wake of trainer and engine (in-process or per actor); metrics() per rollout
     executor: Executor | None = None  # where engine and trainer run; owns their shutdown
 
     def advantage_estimator(self):

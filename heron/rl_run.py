@@ -117,7 +117,7 @@ class RLRun:
             **{f"train/{k}": v for k, v in train_metrics.items()},
             **eval_metrics,
             **{k: v for k, v in self.timings.items() if not k.startswith("_")},
-            **(self.c.residency.metrics() if self.c.residency is not None else {}),
+            **self.c.residency.metrics(),
             "time/rollout_s": time.perf_counter() - self.timings["_start"],
         }
         self.tracker.log_rollout(record)

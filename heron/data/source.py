@@ -33,6 +33,3 @@ class PromptDataSource:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.sampler.load_state_dict(state["sampler"])
         self.buffer = [Prompt(**p) for p in state["buffer"]]
-
-    # the EpochSampler verb, so code written against the sampler keeps working
-    take = get_samples
