@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from heron.checkpoint.layout import fsync_path
+from heron.checkpoint.shards import ModuleShards
 from heron.checkpoint.writer import CheckpointWriter
 
 WIDTH, NUM_LAYERS, NUM_REPEATS = 2048, 6, 5
@@ -59,10 +60,10 @@ def raw_write(path: Path, tensors: list[torch.Tensor]) -> float:
     return time.perf_counter() - start
 
 
-def timed_save(writer: CheckpointWriter, model, optimizer, rollout_id: int) -> tuple[float, float, int]:
+def timed_save(writer: CheckpointWriter, shards: ModuleShards, rollout_id: int) -> tuple[float, float, int]:
     """(seconds the caller was blocked, seconds until committed, bytes committed)."""
     start = time.perf_counter()
-    writer.save(rollout_id, model, optimizer, {"bench": True})
+    writer.save(rollout_id, shards, {"bench": True})
     blocked = time.perf_counter() - start
     writer.wait()
     return blocked, time.perf_counter() - start, writer.last_stats["bytes"]
@@ -81,14 +82,15 @@ def main() -> None:
     # keep_last=0: deleting old checkpoints is not part of writing one (nor of the raw write)
     sync_writer = CheckpointWriter(root / "sync", async_save=False, keep_last=0)
     async_writer = CheckpointWriter(root / "async", async_save=True, keep_last=0)
-    first_block_s, _, _ = timed_save(async_writer, model, optimizer, 0)  # allocates the host buffers
+    shards = ModuleShards(model, optimizer)  # one per process, as a trainer holds: staging buffers are reused
+    first_block_s, _, _ = timed_save(async_writer, shards, 0)  # allocates the host buffers
     sync_s, raw_s, async_block_s, async_total_s = [], [], [], []
     for repeat in range(1, NUM_REPEATS + 1):
-        sync_s.append(timed_save(sync_writer, model, optimizer, repeat)[1])
+        sync_s.append(timed_save(sync_writer, shards, repeat)[1])
         shutil.rmtree(sync_writer.last_committed)
         raw_s.append(raw_write(root / "raw.bin", tensors))
         (root / "raw.bin").unlink()
-        blocked, total, saved_bytes = timed_save(async_writer, model, optimizer, repeat)
+        blocked, total, saved_bytes = timed_save(async_writer, shards, repeat)
         shutil.rmtree(async_writer.last_committed)
         async_block_s.append(blocked)
         async_total_s.append(total)

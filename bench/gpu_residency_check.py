@@ -138,7 +138,7 @@ def colocated_pair_on_cuda() -> bool:
         batch = TrainBatch(0, 0, list("abcd"), input_ids, torch.ones_like(input_ids), torch.ones(4, 11, device="cuda"),
                            torch.randn(4, generator=g).cuda(), torch.zeros(4, 11, device="cuda"))
         metrics = trainer.train(batch)
-        engine.load_weights(trainer.weights(), trainer.version)
+        engine.load_weights(trainer.weights())
         gens = engine.generate([GenerationRequest([5, 6, 7], SamplingParams(max_new_tokens=8, seed=i)) for i in range(4)])
         return metrics, gens
 

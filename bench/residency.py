@@ -31,7 +31,7 @@ import torch
 from heron.config.algo import AlgoConfig
 from heron.config.train import TrainConfig
 from heron.residency.host_offload import return_freed_memory_to_os
-from heron.residency.wiring import ResidencySettings, attach_residency, trainer_holdings
+from heron.residency.wiring import ResidencySettings, attach_residency
 from heron.rollout.embedded import EmbeddedEngine
 from heron.trainer.batch import TrainBatch
 from heron.trainer.objectives import PolicyObjective
@@ -82,7 +82,7 @@ def main() -> None:
     tiny_engine = EmbeddedEngine(torch.nn.Linear(1, 1), pad_token_id=0)  # attach_residency wants a pair
     attach_residency(trainer, tiny_engine, ResidencySettings(colocate=False, offload_train=True, offload_rollout=False))
     trainer.wake()
-    inventory = trainer_holdings(trainer, {}).inventory()
+    inventory = trainer.holdings().inventory()
     tensors = list({t.untyped_storage()._cdata: t for ts in inventory.values() for t in ts}.values())
     state_bytes = sum(trainer.memory_report().values())
     print(f"state: {state_bytes / MiB:.0f} MiB in {len(tensors)} tensors "

@@ -8,9 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from heron.cluster.errors import ClusterError
 from heron.config.base import ConfigError
-from heron.errors import UserError
+from heron.errors import ComponentError, UserError
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -54,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"heron: error: {e}", file=sys.stderr)
         return 2
-    except ClusterError as e:  # a dead, hung or unplaceable actor (already shut down)
+    except ComponentError as e:  # a dead, hung or unplaceable actor or server (already shut down)
         print(f"heron: cluster error: {e}", file=sys.stderr)
         return 1
 
@@ -69,7 +68,7 @@ def cmd_train(args) -> int:
     from heron.plugins.run_hooks import load_run_hooks
 
     cfg = _load(args)
-    load_run_hooks(cfg)  # a wrong hook fails here, before torch is even imported
+    load_run_hooks(cfg.hooks, cfg.reward)  # a wrong hook fails here, before torch is even imported
     from heron.loop import train
 
     train(cfg)
@@ -84,13 +83,12 @@ def cmd_sft(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from heron.components import check_inputs
-
+    from heron.build import check_inputs
     from heron.plugins.run_hooks import load_run_hooks
 
     cfg = _load(args)
     check_inputs(cfg)
-    load_run_hooks(cfg)
+    load_run_hooks(cfg.hooks, cfg.reward)
     print(f"config ok: {cfg.rollout.num_rollouts} rollouts x {cfg.rollout.num_samples} samples -> {cfg.run.dir}")
     return 0
 

@@ -10,14 +10,15 @@ from pathlib import Path
 
 from heron.algo.assign import assign_advantages
 from heron.checkpoint.checkpointer import Checkpointer
-from heron.components import Components, build_components
+from heron.build import build_components
+from heron.components import Components
 from heron.config.base import to_dict
 from heron.config.root import HeronConfig
 from heron.plugins.postprocess import apply_postprocess, checked_prompts
 from heron.records import RolloutBatch
 from heron.tracking.tracker import Tracker
 from heron.trainer.batch import collate
-from heron.weights.version import check_served_versions, served_versions
+from heron.weights.version import check_served_versions
 
 
 class RLRun:
@@ -29,6 +30,8 @@ class RLRun:
             self.checkpointer = Checkpointer(cfg, self.run_dir)  # resume: checks fit, restores state
             self.start_rollout = self.checkpointer.resume(self.c)
             self.timings: dict[str, float] = {}
+            if self.start_rollout > 0:
+                self.push_weights()  # the engine serves the restored policy, through the one push path
             self.run_dir.mkdir(parents=True, exist_ok=True)
             _write_config(cfg, self.run_dir / "config.yaml")
             self.tracker = Tracker(cfg.tracking, self.run_dir, self.start_rollout, cfg.rollout.num_rollouts)
@@ -60,7 +63,8 @@ class RLRun:
     def generate(self, rollout_id: int) -> RolloutBatch:
         self.timings = {"_start": time.perf_counter()}
         with self._timed("generate"):
-            prompts = checked_prompts(self.c.sampler.get_samples(self.cfg.rollout.batch_size), self.cfg)
+            n = self.cfg.rollout.batch_size
+            prompts = checked_prompts(self.c.sampler.get_samples(n), n, self.cfg.hooks.data_source)
             return self.c.generator.generate(rollout_id, prompts)
 
     def reward(self, batch: RolloutBatch) -> RolloutBatch:
@@ -80,8 +84,9 @@ class RLRun:
 
     def push_weights(self) -> None:
         with self._timed("push_weights"):
-            self.c.engine.load_weights(self.c.trainer.weights(), self.c.trainer.version)
-            check_served_versions(served_versions(self.c.engine), self.c.trainer.version)
+            handle = self.c.trainer.weights()
+            self.c.engine.load_weights(handle)
+            check_served_versions(self.c.engine.served_versions(), handle.version)
 
     def checkpoint(self, rollout_id: int) -> None:
         """Saves every ``checkpoint.interval`` rollouts and after the last (see heron.checkpoint)."""

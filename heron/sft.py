@@ -10,11 +10,12 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from heron.components import check_inputs, load_model, load_tokenizer
+from heron.build import check_inputs
 from heron.config.root import HeronConfig
 from heron.config.train import TrainConfig
 from heron.data.dataset import load_prompts
 from heron.data.sampler import EpochSampler
+from heron.models import load_model, load_tokenizer
 from heron.records import Prompt, Sample
 from heron.rollout.prompt_format import PromptFormatter
 from heron.trainer.batch import collate

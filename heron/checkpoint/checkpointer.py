@@ -4,6 +4,7 @@ rollout), what goes into the run state, and resume at start-up. ``RLRun`` holds 
 from __future__ import annotations
 
 import logging
+from functools import partial
 from pathlib import Path
 
 from heron.checkpoint.reader import Checkpoint
@@ -11,12 +12,13 @@ from heron.checkpoint.resume import (
     guard_run_dir, restore, select_checkpoint, set_aside_newer, truncate_run_files,
 )
 from heron.checkpoint.rng import capture_rng
+from heron.checkpoint.run_state import Fingerprint, RunState
+from heron.checkpoint.shards import SavedShards
 from heron.checkpoint.fingerprint import RESUME_CRITICAL, config_fingerprint, digest
 from heron.checkpoint.writer import CheckpointWriter
 from heron.config.base import to_dict
 
 log = logging.getLogger("heron.checkpoint")
-SAMPLING_SEEDS = "derive_seed(run_seed, rollout_id, prompt_id, sample_index) -- heron.seeding"
 
 
 class Checkpointer:
@@ -55,25 +57,25 @@ class Checkpointer:
             self.writer.check()
         if not self.due(rollout_id):
             return False
-        components.trainer.save_checkpoint(self._writer(components), rollout_id, self.run_state(rollout_id, components))
+        self._writer(components).save(rollout_id, components.trainer, partial(self.run_state, rollout_id, components))
         return True
 
-    def run_state(self, rollout_id: int, components) -> dict:
+    def run_state(self, rollout_id: int, components, shards: SavedShards) -> dict:
+        """``state.json``: the typed ``RunState`` of the run after ``rollout_id``."""
         config = to_dict(self.cfg)
         fingerprint = config_fingerprint(config)
-        return {
-            "format": 1,
-            "rollout_id": rollout_id,
-            "policy_version": components.trainer.version,
-            "run_seed": self.cfg.run.seed,
-            "sampling_seeds": SAMPLING_SEEDS,
-            "sampler": components.sampler.state_dict(),
-            "rng": capture_rng(),
-            "config": config,
-            "config_digest": digest(fingerprint),
-            "config_digest_covers": list(RESUME_CRITICAL),
-            "fingerprint": {"config": fingerprint},
-        }
+        return RunState(
+            rollout_id=rollout_id,
+            policy_version=shards.trainer.version,
+            run_seed=self.cfg.run.seed,
+            sampler=components.sampler.state_dict(),
+            rng=capture_rng(),
+            config=config,
+            config_digest=digest(fingerprint),
+            config_digest_covers=list(RESUME_CRITICAL),
+            trainer=shards.trainer,
+            fingerprint=Fingerprint(config=fingerprint, model=shards.model, optimizer=shards.optimizer),
+        ).to_json()
 
     def _writer(self, components) -> CheckpointWriter:
         if self.writer is None:

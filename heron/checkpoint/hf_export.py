@@ -23,16 +23,26 @@ HF_FOLDER = "hf"
 WEIGHTS = "model.safetensors"
 
 
-def write_hf_meta(folder: Path, model: torch.nn.Module, tokenizer=None) -> None:
-    """Writes config, generation config and tokenizer of ``model`` into ``folder``."""
-    if not hasattr(getattr(model, "config", None), "save_pretrained"):
+def write_model_meta(folder: Path, model: torch.nn.Module) -> None:
+    """Writes config and generation config of ``model`` (unwrapped from DDP) into ``folder``."""
+    from torch.nn.parallel import DistributedDataParallel
+    from transformers import PreTrainedModel
+
+    if isinstance(model, DistributedDataParallel):
+        model = model.module
+    if not isinstance(model, PreTrainedModel):
         return  # not an HF model: the checkpoint cannot be exported, everything else works
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     model.config.save_pretrained(folder)
-    if getattr(model, "generation_config", None) is not None:
+    if model.generation_config is not None:
         model.generation_config.save_pretrained(folder)
+
+
+def write_tokenizer(folder: Path, tokenizer) -> None:
+    """Writes the run's tokenizer files into ``folder`` (beside the model's config)."""
     if tokenizer is not None:
+        Path(folder).mkdir(parents=True, exist_ok=True)
         tokenizer.save_pretrained(folder)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from heron.checkpoint.errors import CheckpointError
 from heron.checkpoint.layout import committed, leftovers, rollout_id_of
 from heron.checkpoint.manifest import total_bytes, verify
+from heron.checkpoint.run_state import RunState, TrainerState
 from heron.checkpoint.writer import STATE_FILE
 
 log = logging.getLogger("heron.checkpoint")
@@ -29,6 +30,17 @@ class Checkpoint:
     @property
     def name(self) -> str:
         return self.path.name
+
+    def run_state(self) -> RunState:
+        """``state.json`` as a typed ``RunState`` (one-line error if it is not one)."""
+        return RunState.from_json(self.state, str(self.path))
+
+    def trainer_state(self) -> TrainerState:
+        """The ``TrainerState`` the trainer saved (one-line error if there is none)."""
+        try:
+            return TrainerState(**self.state["trainer"])
+        except (KeyError, TypeError) as e:
+            raise CheckpointError(f"checkpoint {self.path} is corrupt: state.json has no trainer state ({e})") from None
 
 
 def open_checkpoint(path: str | Path, *, quick: bool = False) -> Checkpoint:

@@ -2,12 +2,12 @@
 
 Order matters: every check runs before anything is loaded or any file is changed, so a
 checkpoint that does not fit fails in one line with the run and its folders untouched. The
-fit check reads the trainer's tensors, so it runs inside ``PolicyTrainer.load_checkpoint``
+fit check reads the trainer's tensors, so it runs inside ``Trainer.load_state``
 (an operation that declares it needs device memory), not from outside.
 
 What is restored (and so what the resumed run continues with): model and AdamW state (DCP),
-LR scheduler, policy version, data sampler (epoch, cursor), every RNG, and the engine's
-weights (pushed from the restored trainer with the restored version). Sampling seeds need no
+LR scheduler, policy version, data sampler (epoch, cursor) and every RNG. The engine then gets
+the restored weights through the run's own ``push_weights`` (one push path). Sampling seeds need no
 state: they derive from (run.seed, rollout_id, prompt_id, sample_index) and run.seed must match.
 The run's metrics.jsonl / eval.jsonl keep only rows up to the checkpoint's rollout: later rows
 were produced after the checkpoint and are produced again, identically, by the resumed run.
@@ -109,9 +109,8 @@ def set_aside_newer(folder: Path, rollout_id: int) -> None:
 def restore(checkpoint: Checkpoint, components, run_config: dict) -> int:
     """Loads the checkpoint into the run's components (the trainer checks the fit first);
     returns the first rollout to run."""
-    state = checkpoint.state
-    components.trainer.load_checkpoint(checkpoint, run_config)
-    components.sampler.load_state_dict(state["sampler"])
-    restore_rng(state["rng"])
-    components.engine.load_weights(components.trainer.weights(), components.trainer.version)
+    state = checkpoint.run_state()
+    components.trainer.load_state(checkpoint, run_config)
+    components.sampler.load_state_dict(state.sampler)
+    restore_rng(state.rng)
     return checkpoint.rollout_id + 1

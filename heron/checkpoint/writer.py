@@ -1,13 +1,17 @@
 """Writes checkpoints: synchronously, or asynchronously (stage in the caller, write behind).
 
-Async save, step by step (``save``):
+One save, step by step (``save``), for a trainer in this process and for Ray rank actors alike:
 1. wait for the previous save (at most one in flight); its error, if any, is raised here;
-2. stage: copy model + optimizer tensors to host memory (``dcp_io.stage``) and write the small
-   files (``state.json``, ``hf_meta/``) into the temporary folder -- in the caller's thread,
-   so when ``save`` returns the live tensors are free to change (and the trainer may sleep);
-3. a background thread writes the DCP files (and ``hf/``), the manifest, commits the folder
-   (``layout.commit``) and applies ``keep_last``.
-Errors of step 3 are kept and raised in the loop by the next ``save``, ``check`` or ``close``
+2. make the temporary folder, write the tokenizer into ``hf_meta/``;
+3. ``source.save_state(request)``: the trainer (every rank) writes its DCP shards into the folder
+   (sync), or stages them to host memory and writes them in its own background thread (async),
+   and returns its fingerprint and ``TrainerState`` (``heron.checkpoint.shards``); when it
+   returns, the live tensors are free to change and the trainer may sleep;
+4. ``state.json`` (the run state) is written;
+5. in the caller (sync) or a background thread (async): ``source.wait_saved()`` collects the
+   shards' checksums, then the manifest is written, the folder committed (``layout.commit``)
+   and ``keep_last`` applied.
+Errors of step 5 are kept and raised in the loop by the next ``save``, ``check`` or ``close``
 as ``AsyncSaveError`` -- never silently dropped. ``close`` (end of run) waits for the write.
 
 For the residency layer: staging happens inside ``save``; ``wait_until_staged`` lets another
@@ -20,22 +24,31 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import asdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-import torch
-
-from heron.checkpoint import dcp_io
 from heron.checkpoint.errors import AsyncSaveError
-from heron.checkpoint.fingerprint import model_fingerprint, optimizer_fingerprint
-from heron.checkpoint.hf_export import HF_FOLDER, HF_META, write_hf_folder, write_hf_meta
+from heron.checkpoint.hf_export import HF_META, write_tokenizer
 from heron.checkpoint.layout import checkpoint_name, commit, remove_leftovers, temp_folder, write_file_durably
 from heron.checkpoint.manifest import total_bytes, write_manifest
 from heron.checkpoint.retention import apply_retention
+from heron.checkpoint.shards import SavedShards, ShardRequest
 
 log = logging.getLogger("heron.checkpoint")
 STATE_FILE = "state.json"
+RunStateFn = Callable[[SavedShards], dict]
+
+
+class ShardSource(Protocol):
+    """What a checkpoint's tensors come from: a trainer (``heron.trainer.protocol.Trainer``), or
+    a bare module + optimizer (``heron.checkpoint.shards.ModuleShards``)."""
+
+    def save_state(self, request: ShardRequest) -> SavedShards: ...
+
+    def wait_saved(self) -> dict[str, str]: ...
 
 
 class CheckpointWriter:
@@ -44,8 +57,8 @@ class CheckpointWriter:
     Example::
 
         writer = CheckpointWriter("runs/x/checkpoints", async_save=True, keep_last=3)
-        writer.save(12, model, optimizer, {"rollout_id": 12, ...})   # returns after staging
-        writer.close()                                              # waits for the files
+        writer.save(12, trainer, {"rollout_id": 12, ...})   # returns after staging
+        writer.close()                                     # waits for the files
     """
 
     def __init__(self, folder: str | Path, *, async_save: bool = True, keep_last: int = 0,
@@ -58,12 +71,10 @@ class CheckpointWriter:
         self.tokenizer = tokenizer
         for path in remove_leftovers(self.folder):
             log.warning("removed %s: the save that wrote it never finished", path)
-        self._process_group = dcp_io.save_process_group()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="heron-ckpt") if async_save else None
         self._pending: tuple[str, Future] | None = None
         self._staged = threading.Event()
         self._staged.set()
-        self._host_buffers: dict[str, torch.Tensor] = {}  # reused by every async staging
         self.last_committed: Path | None = None
         self.last_stats: dict[str, float] = {}
 
@@ -75,57 +86,34 @@ class CheckpointWriter:
         """Blocks until no save is copying live tensors; True unless ``timeout`` ran out."""
         return self._staged.wait(timeout)
 
-    def save(self, rollout_id: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-             run_state: dict) -> None:
-        """Saves model, optimizer and ``run_state`` (JSON-able) as ``rollout-<id>``; see module doc."""
+    def save(self, rollout_id: int, source: ShardSource, run_state: dict | RunStateFn) -> None:
+        """Saves ``source``'s tensors and the run state (JSON-able; or a function of the
+        ``SavedShards``, e.g. to include the trainer's state) as ``rollout-<id>``; see module doc."""
         self.wait()
         start = time.perf_counter()
         self._staged.clear()
         try:
-            live = dcp_io.live_state(model, optimizer)
-            fingerprint = {
-                **run_state.get("fingerprint", {}),
-                "model": model_fingerprint(live["model"]),
-                "optimizer": optimizer_fingerprint(optimizer, live["optimizer"]),
-            }
-            tensors = dcp_io.stage(live, self._host_buffers) if self.async_save else live
             temp = temp_folder(self.folder, rollout_id)
             temp.mkdir()
-            state = {**run_state, "rollout_id": rollout_id, "fingerprint": fingerprint}
+            write_tokenizer(temp / HF_META, self.tokenizer)
+            shards = source.save_state(ShardRequest(str(temp.resolve()), self.async_save, self.hf_export))
+            state = run_state(shards) if callable(run_state) else dict(run_state)
+            fingerprint = {**state.get("fingerprint", {}), "model": shards.model, "optimizer": shards.optimizer}
+            state = {**state, "rollout_id": rollout_id, "fingerprint": fingerprint}
+            if shards.trainer is not None:  # what the source restores on load (Trainer.load_state)
+                state["trainer"] = asdict(shards.trainer)
             write_file_durably(temp / STATE_FILE, json.dumps(state, indent=1).encode())
-            write_hf_meta(temp / HF_META, model, self.tokenizer)
         finally:
             self._staged.set()
         self.last_stats = {"block_s": time.perf_counter() - start}
-        name = checkpoint_name(rollout_id)
         if self._executor is None:
-            self._write(temp, rollout_id, tensors, start)
+            self._finish(temp, rollout_id, source, start)
             self.last_stats["block_s"] = time.perf_counter() - start
         else:
-            self._pending = (name, self._executor.submit(self._write, temp, rollout_id, tensors, start))
+            self._pending = (checkpoint_name(rollout_id), self._executor.submit(self._finish, temp, rollout_id, source, start))
 
-    def save_sharded(self, rollout_id: int, run_state: dict, write_shards) -> None:
-        """Saves a trainer whose tensors live in other processes (Ray trainer ranks):
-        ``write_shards(temp) -> (fingerprint, checksums)`` writes the DCP files into the
-        temporary folder (every rank its shards); state file, manifest, commit and retention
-        are as in ``save``. Synchronous: ranks stage nothing in this process. No HF folder."""
-        self.wait()
-        start = time.perf_counter()
-        temp = temp_folder(self.folder, rollout_id)
-        temp.mkdir()
-        fingerprint, checksums = write_shards(temp)
-        state = {**run_state, "rollout_id": rollout_id,
-                 "fingerprint": {**run_state.get("fingerprint", {}), **fingerprint}}
-        write_file_durably(temp / STATE_FILE, json.dumps(state, indent=1).encode())
-        self.last_stats = {}
-        self._commit(temp, rollout_id, checksums, start)
-        self.last_stats["block_s"] = time.perf_counter() - start
-
-    def _write(self, temp: Path, rollout_id: int, tensors: dict, start: float) -> Path:
-        checksums = dcp_io.save(tensors, temp, self._process_group)
-        if self.hf_export:
-            write_hf_folder(temp / HF_FOLDER, tensors["model"], temp / HF_META)
-        return self._commit(temp, rollout_id, checksums, start)
+    def _finish(self, temp: Path, rollout_id: int, source: ShardSource, start: float) -> Path:
+        return self._commit(temp, rollout_id, source.wait_saved(), start)
 
     def _commit(self, temp: Path, rollout_id: int, checksums: dict, start: float) -> Path:
         manifest = write_manifest(temp, rollout_id, known=checksums)

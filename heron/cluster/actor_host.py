@@ -15,7 +15,7 @@ from typing import Any, Callable
 import ray
 
 
-@ray.remote
+@ray.remote(concurrency_groups={"io": 1})
 class ComponentHost:
     def __init__(self, name: str, num_threads: int = 1):
         import torch
@@ -24,7 +24,6 @@ class ComponentHost:
         torch.set_num_threads(max(1, num_threads))
         self.name = name
         self.component: Any = None
-        self.weight_group = None  # heron.weights.broadcast.WeightBroadcastGroup, if joined
 
     def rendezvous_address(self) -> tuple[str, int]:
         """This node's address and a free TCP port: the trainer group's rendezvous point."""
@@ -38,43 +37,38 @@ class ComponentHost:
         return type(self.component).__name__
 
     def call(self, method: str, *args, **kwargs) -> Any:
-        from heron.weights.wire import from_wire, to_wire
+        """Runs ``component.method(*args, **kwargs)``; a tensor state dict comes back as numpy
+        arrays (``heron.weights.wire``: zero-copy through the object store)."""
+        from heron.weights.wire import to_wire
 
-        args = tuple(from_wire(a) for a in args)
         return to_wire(getattr(self.component, method)(*args, **kwargs))
 
-    def call_to_file(self, method: str, folder: str, version: int) -> Any:
-        """Runs a method returning a state dict and writes it as a versioned safetensors file
-        (disk weight transport); returns the ``WeightFile``, or None where the dict is empty."""
-        from heron.weights.wire import save_weight_file
+    def write_weights(self, folder: str, version: int) -> str:
+        """Trainer rank 0, disk weight transport: writes its host weights as a versioned
+        safetensors file; returns the path."""
+        from heron.weights.handle import SafetensorsFile
 
-        state = getattr(self.component, method)()
-        return save_weight_file(state, folder, version) if state else None
+        return SafetensorsFile.write_version(self.component.host_weights(), folder, version).path
 
     def join_weight_group(self, addr: str, port: int, rank: int, size: int, timeout_s: float) -> None:
-        from heron.weights.broadcast import WeightBroadcastGroup
+        from heron.weights import broadcast
 
-        self.weight_group = WeightBroadcastGroup(addr, port, rank, size, timeout_s)
+        broadcast.join(addr, port, rank, size, timeout_s)
 
     def send_weights(self, version: int) -> None:
-        """Trainer rank 0: gathers the weights (with the other ranks) and broadcasts them."""
-        self.weight_group.send(self.component.weights(), version)
+        """Trainer rank 0: broadcasts its host weights to the engines of the group."""
+        from heron.weights.broadcast import joined_group
 
-    def receive_weights(self, version: int) -> int:
-        """Engines: receives the broadcast, loads it; returns the version now served."""
-        self.component.load_weights(self.weight_group.receive(version), version)
-        return self.component.policy_version
+        joined_group().send(self.component.host_weights(), version)
 
-    def apply(self, fn: Callable, *args) -> Any:
-        """Runs ``fn(component, *args)``: free functions over the component (e.g. DCP state I/O).
-        They read device memory, so they run in a resident scope (wakes an offloaded component)."""
-        residency = getattr(self.component, "residency", None)
-        if residency is None:
-            return fn(self.component, *args)
-        with residency.resident(getattr(fn, "__name__", "apply")):
-            return fn(self.component, *args)
+    @ray.method(concurrency_group="io")
+    def wait_saved(self) -> dict[str, str]:
+        """Waits for the component's checkpoint shards in flight (``Trainer.wait_saved``). Runs in
+        its own concurrency group: an async save's wait must not queue the rank's next ``train``
+        behind the file writes (actor calls otherwise run one at a time, in order)."""
+        return self.component.wait_saved()
 
-    # --- residency (heron.cluster.actor_residency; driven by the driver's ActorResidency) ---
+    # --- residency (heron.cluster.actor_residency; driven by the driver's proxies) ---
     def attach_residency(self, offload: bool, wait_timeout_s: float) -> str:
         """Gives the component its own residency; returns its state (asleep when offloaded)."""
         from heron.cluster.actor_residency import attach_in_actor

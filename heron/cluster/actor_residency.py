@@ -15,13 +15,11 @@ from __future__ import annotations
 
 from heron.residency.coordinator import Coordinator
 from heron.residency.state import Residency
-from heron.residency.wiring import attach, engine_holdings, trainer_holdings
+from heron.residency.wiring import attach
 
 
 def attach_in_actor(component, name: str, offload: bool, wait_timeout_s: float) -> Residency:
-    """Attaches a residency to the actor's component; with offload it then rests asleep."""
-    from heron.trainer.policy_trainer import PolicyTrainer
-
-    holdings = trainer_holdings(component, {}) if isinstance(component, PolicyTrainer) else engine_holdings(component)
-    return attach(component, name, holdings, offload=offload, device=component.device,
+    """Attaches a residency to the actor's component for what it declares it holds; with
+    offload it then rests asleep."""
+    return attach(component, name, component.holdings(), offload=offload,
                   coordinator=Coordinator(colocate=False), wait_timeout_s=wait_timeout_s)

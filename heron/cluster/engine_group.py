@@ -13,15 +13,11 @@ through their residency proxies, sleeping colocated trainer ranks first; see
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-import ray
-
-from heron.cluster.remote_call import ActorRef, PendingBroadcast, wait_all
+from heron.cluster.remote_call import ActorRef, wait_all
 from heron.records import Generation, GenerationRequest
-from heron.residency import Resident, host_only, needs_device
+from heron.residency import Holdings, Resident, host_only, needs_device
+from heron.weights.handle import WeightHandle
 from heron.weights.version import WeightVersionError
-from heron.weights.wire import WeightFile, to_wire
 
 
 class RemoteEngine(Resident):
@@ -55,13 +51,17 @@ class RemoteEngine(Resident):
         return [g for chunk in wait_all(pending, "generate", self.timeout_s) for g in chunk]
 
     @needs_device
-    def load_weights(self, state: Mapping | WeightFile, version: int) -> None:
-        """``state``: a tensor or numpy state dict (sent through the object store), a
-        ``WeightFile`` (each engine reads the file) or a ``PendingBroadcast`` (each engine
-        receives from trainer rank 0)."""
-        if isinstance(state, PendingBroadcast):
-            receivers = [(e, e.submit_host("receive_weights", version)) for e in self.engines]
-            wait_all(receivers + state.sender, "load_weights (broadcast)", self.timeout_s)
-            return
-        payload = state if isinstance(state, WeightFile) else ray.put(to_wire(dict(state)))
-        wait_all([(e, e.submit("load_weights", payload, version)) for e in self.engines], "load_weights", self.timeout_s)
+    def load_weights(self, handle: WeightHandle) -> None:
+        """Every engine actor loads the handle (each reads the object store, the file, or
+        receives the broadcast), together with the sender's pending work, if any."""
+        loads = [(e, e.submit("load_weights", handle)) for e in self.engines]
+        wait_all(loads + handle.pending(), "load_weights", self.timeout_s)
+
+    @host_only
+    def holdings(self) -> Holdings:
+        """Nothing in this process: each engine actor declares its own holdings."""
+        return Holdings()
+
+    @host_only
+    def close(self) -> None:
+        """The executor stops the actors (``heron.cluster.ray_executor``); nothing to do here."""

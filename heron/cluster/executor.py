@@ -1,28 +1,34 @@
-"""The executor decides where the engine and the trainer run; ``build_components`` asks it
-for both and the rest of the run never knows the difference.
+"""The executor decides where the engine and the trainer run; ``heron.build`` asks it for both
+and the rest of the run never knows the difference.
 
 - ``LocalExecutor``: everything in this process (the default).
 - ``RayExecutor`` (``heron.cluster.ray_executor``): engines and trainer ranks as Ray actors
-  in a placement group; returns driver-side stand-ins with the same verbs.
+  in a placement group; returns driver-side stand-ins implementing the same endpoints.
 
-Shutdown order (``close``): actors are killed, the placement group removed, then Ray is shut
-down if this executor started it. ``close`` is idempotent and also runs at interpreter exit.
+An executor receives only what it needs: the engine and trainer specs (their own config
+sections) and the residency settings. Shutdown order (``close``): actors are killed, the
+placement group removed, then Ray is shut down if this executor started it. ``close`` is
+idempotent and also runs at interpreter exit.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from heron.config.root import HeronConfig
+from heron.residency.coordinator import Coordinator
+from heron.residency.wiring import ResidencySettings, attach_residency
+from heron.rollout.engine import RolloutEngine
+from heron.rollout.registry import EngineSpec, build_engine
+from heron.trainer.build import TrainerSpec, build_trainer
+from heron.trainer.protocol import Trainer
 
 
 class Executor(Protocol):
-    def engine(self, pad_token_id: int): ...
+    def engine(self, spec: EngineSpec) -> RolloutEngine: ...
 
-    def trainer(self, policy_loss=None): ...
+    def trainer(self, spec: TrainerSpec) -> Trainer: ...
 
-    def residency(self, trainer, engine):
+    def residency(self, trainer: Trainer, engine: RolloutEngine) -> Coordinator:
         """Attaches sleep/wake to both; returns the run's ``Coordinator``."""
         ...
 
@@ -30,31 +36,18 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    def __init__(self, cfg: "HeronConfig"):
-        self.cfg = cfg
+    def __init__(self, residency: ResidencySettings):
+        self.settings = residency
 
-    def engine(self, pad_token_id: int):
-        from heron.components import build_engine
+    def engine(self, spec: EngineSpec) -> RolloutEngine:
+        return build_engine(spec)
 
-        return build_engine(self.cfg, pad_token_id)
+    def trainer(self, spec: TrainerSpec) -> Trainer:
+        return build_trainer(spec)
 
-    def trainer(self, policy_loss=None):
-        from heron.components import build_policy_trainer
-
-        return build_policy_trainer(self.cfg, policy_loss)
-
-    def residency(self, trainer, engine):
-        from heron.components import build_residency
-
-        return build_residency(self.cfg, trainer, engine)
+    def residency(self, trainer: Trainer, engine: RolloutEngine) -> Coordinator:
+        """Attaches sleep/wake to trainer and engine; offloaded ones rest asleep from here on."""
+        return attach_residency(trainer, engine, self.settings)
 
     def close(self) -> None:
         pass
-
-
-def build_executor(cfg: "HeronConfig") -> Executor:
-    if cfg.cluster.backend == "ray":
-        from heron.cluster.ray_executor import RayExecutor
-
-        return RayExecutor(cfg)
-    return LocalExecutor(cfg)

@@ -4,16 +4,14 @@ placement group (see ``heron.cluster.placement`` for colocated vs disaggregated)
 Start-up order: Ray -> placement group (deadline ``startup_timeout_s``) -> engine actors ->
 trainer rank actors (rank 0 names the rendezvous address; all ranks join the gloo/nccl group
 concurrently). Everything created is recorded so ``close`` can remove it, also after a
-failure half-way through start-up.
+failure half-way through start-up. Actors receive only their specs, never the run's config.
 """
 
 from __future__ import annotations
 
 import atexit
-import logging
 import math
-from pathlib import Path
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import ray
 from ray.util.placement_group import remove_placement_group
@@ -23,32 +21,46 @@ from heron.cluster.engine_group import RemoteEngine
 from heron.cluster.placement import PlacementPlan, actor_options, reserve
 from heron.cluster.ray_session import exit_on_sigterm, start_ray
 from heron.cluster.remote_call import ActorRef, wait_all
-from heron.cluster.trainer_group import TrainerGroup, build_trainer_rank
+from heron.cluster.remote_residency import attach_remote_residency
+from heron.cluster.trainer_group import RankSpec, TrainerGroup, build_trainer_rank
+from heron.config.cluster import ClusterConfig
+from heron.config.train import TrainConfig
+from heron.residency.coordinator import Coordinator
+from heron.residency.wiring import ResidencySettings
+from heron.rollout.registry import EngineSpec, build_engine
+from heron.trainer.build import TrainerSpec
+from heron.weights.transport import build_transport
 
-if TYPE_CHECKING:
-    from heron.config.root import HeronConfig
 
-log = logging.getLogger("heron.cluster")
+@dataclass(frozen=True)
+class RaySettings:
+    """What the Ray executor needs: its cluster section, the trainer's data parallelism, the
+    residency settings and the folder of the disk weight transport."""
+
+    cluster: ClusterConfig
+    train: TrainConfig
+    colocate: bool
+    residency: ResidencySettings
+    weight_dir: str
 
 
 class RayExecutor:
-    def __init__(self, cfg: "HeronConfig"):
-        self.cfg = cfg
-        self.cluster = cfg.cluster
+    def __init__(self, settings: RaySettings):
+        self.settings = settings
+        self.cluster = settings.cluster
         self.actors: list[ActorRef] = []
         self.engines: list[ActorRef] = []
         self.group = None
         self.closed = False
-        if cfg.checkpoint.enabled and cfg.checkpoint.async_:
-            log.warning("checkpoint.async does not apply on cluster.backend=ray: trainer ranks write their shards synchronously")
-        self.started_ray = start_ray(cfg.cluster)
+        self.started_ray = start_ray(self.cluster)
         atexit.register(self.close)
         exit_on_sigterm()
         self.plan = PlacementPlan.build(
-            cfg.train.world_size, cfg.cluster.num_engines, cfg.colocate, cfg.cluster.cpus_per_bundle, cfg.cluster.device
+            settings.train.world_size, self.cluster.num_engines, settings.colocate, self.cluster.cpus_per_bundle,
+            self.cluster.device,
         )
         try:
-            self.group = reserve(self.plan, cfg.cluster.startup_timeout_s)
+            self.group = reserve(self.plan, self.cluster.startup_timeout_s)
         except BaseException:
             self.close()
             raise
@@ -63,35 +75,30 @@ class RayExecutor:
     def _build_all(self, pending, what: str) -> None:
         wait_all(pending, what, self.cluster.startup_timeout_s)
 
-    def engine(self, pad_token_id: int) -> RemoteEngine:
-        from heron.components import build_engine
-
+    def engine(self, spec: EngineSpec) -> RemoteEngine:
         engines = [self._spawn(f"engine-{e}", b) for e, b in enumerate(self.plan.engine_bundles)]
-        self._build_all([(e, e.submit_host("build", build_engine, self.cfg, pad_token_id)) for e in engines], "build engine")
+        self._build_all([(e, e.submit_host("build", build_engine, spec)) for e in engines], "build engine")
         self.engines = engines
         return RemoteEngine(engines, self.cluster.call_timeout_s)
 
-    def trainer(self, policy_loss=None) -> TrainerGroup:
-        """``policy_loss`` is not shipped: each rank re-loads the hooks from the config (user
-        code referenced by file path does not pickle by reference)."""
-        world = self.cfg.train.world_size
+    def trainer(self, spec: TrainerSpec) -> TrainerGroup:
+        train = self.settings.train
+        rank_spec = RankSpec(spec, train.world_size, train.parallel, self.cluster.device, self.cluster.collective_timeout_s)
         ranks = [self._spawn(f"trainer-rank-{r}", b) for r, b in enumerate(self.plan.trainer_bundles)]
         addr, port = wait_all([(ranks[0], ranks[0].submit_host("rendezvous_address"))], "rendezvous", self.cluster.startup_timeout_s)[0]
         self._build_all(
-            [(r, r.submit_host("build", build_trainer_rank, self.cfg, i, world, addr, port)) for i, r in enumerate(ranks)],
+            [(r, r.submit_host("build", build_trainer_rank, rank_spec, i, addr, port)) for i, r in enumerate(ranks)],
             "build trainer rank",
         )
         if self.cluster.weight_transport == "broadcast":
             self._join_weight_group(ranks[0])
-        weight_dir = self.cluster.weight_dir or str(Path(self.cfg.run.dir).resolve() / "weights")
-        return TrainerGroup(ranks, self.cfg, weight_dir)
+        transport = build_transport(self.cluster.weight_transport, self.settings.weight_dir, self.cluster.call_timeout_s)
+        return TrainerGroup(ranks, train.steps_per_rollout, transport, self.cluster.call_timeout_s)
 
-    def residency(self, trainer: TrainerGroup, engine: RemoteEngine):
+    def residency(self, trainer: TrainerGroup, engine: RemoteEngine) -> Coordinator:
         """Attaches residency inside every actor and proxies on the driver; returns the
         coordinator that arbitrates each bundle when colocated (``heron.cluster.remote_residency``)."""
-        from heron.cluster.remote_residency import attach_remote_residency
-
-        return attach_remote_residency(trainer, engine, self.plan, self.cfg)
+        return attach_remote_residency(trainer, engine, self.plan, self.settings.residency, self.cluster.startup_timeout_s)
 
     def _join_weight_group(self, sender: ActorRef) -> None:
         """Trainer rank 0 (rank 0) and the engines (1..E) form the broadcast group. Needs the

@@ -40,14 +40,6 @@ class ActorRef:
         return wait_all([(self, self.submit_host("get", attribute))], f"get {attribute}", self.timeout_s)[0]
 
 
-@dataclass
-class PendingBroadcast:
-    """A weight push that trainer rank 0 has started sending; engines finish it by receiving."""
-
-    sender: list[tuple[ActorRef, "ray.ObjectRef"]]
-    version: int
-
-
 def wait_all(pending: list[tuple[ActorRef, "ray.ObjectRef"]], what: str, timeout_s: float) -> list[Any]:
     """Results of ``pending`` (actor, ref) pairs, in order; raises on the first failure."""
     index = {ref: i for i, (_, ref) in enumerate(pending)}

@@ -2,8 +2,8 @@
 
 Each actor (engine, trainer rank) has its own ``Residency`` attached to its component inside
 the actor (``heron.cluster.actor_residency``): its own state machine and memory backend, per
-``offload.train`` / ``offload.rollout``. On the driver, every actor is represented by an
-``ActorResidency``: the same ``Residency`` state machine, whose backend is the actor itself
+``offload.train`` / ``offload.rollout``. On the driver, every actor is represented by a proxy
+(``actor_proxy``): the same ``Residency`` state machine, whose backend is the actor itself
 (release = a remote ``sleep``, restore = a remote ``wake``, held bytes = a remote
 ``memory_report``), on device key ``bundle-<index>``. The unchanged ``Coordinator`` registers
 these proxies, so waking an actor first puts the other actors on its bundle to sleep, with
@@ -27,16 +27,14 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager, nullco
 from functools import partial
 from typing import TYPE_CHECKING
 
-from heron.cluster.errors import ClusterError
 from heron.cluster.remote_call import ActorRef, wait_all
-from heron.config.residency import resolve_offload
 from heron.residency.coordinator import Coordinator
 from heron.residency.errors import ResidencyError
 from heron.residency.state import Holdings, Residency, State
+from heron.residency.wiring import ResidencySettings
 
 if TYPE_CHECKING:
     from heron.cluster.placement import PlacementPlan
-    from heron.config.root import HeronConfig
 
 
 def bundle_key(bundle: int) -> str:
@@ -45,7 +43,9 @@ def bundle_key(bundle: int) -> str:
 
 
 class ActorMemory:
-    """The memory backend of a driver-side proxy: the actor's own residency, by remote calls."""
+    """The memory backend of a driver-side proxy: the actor's own residency, by remote calls
+    (release = a remote ``sleep``, restore = a remote ``wake``). A dead or hung actor raises the
+    ``ClusterError`` naming it; the proxy's state machine re-raises it as is (a ComponentError)."""
 
     def __init__(self, actor: ActorRef, offload: bool):
         self.actor = actor
@@ -54,24 +54,17 @@ class ActorMemory:
     def _call(self, method: str):
         return wait_all([(self.actor, self.actor.submit_host(method))], f"{method} (residency)", self.actor.timeout_s)[0]
 
-    def sleep(self) -> dict[str, int]:
+    def release(self, inventory) -> dict[str, int]:
         """Remote sleep; returns the bytes per category the actor's sleep released."""
         state, released = self._call("sleep")
         if state != State.ASLEEP.value:
             raise ResidencyError(f"{self.actor.name}: remote sleep left it {state}, expected asleep")
         return released
 
-    def wake(self) -> None:
+    def restore(self) -> None:
         state = self._call("wake")
         if state != State.AWAKE.value:
             raise ResidencyError(f"{self.actor.name}: remote wake left it {state}, expected awake")
-
-    # --- the MemoryBackend protocol (Residency calls these) --------------------------------
-    def release(self, inventory) -> None:
-        self.sleep()
-
-    def restore(self) -> None:
-        self.wake()
 
     def held_bytes(self, inventory) -> dict[str, int]:
         return self._call("memory_report")
@@ -80,29 +73,12 @@ class ActorMemory:
         return nullcontext()
 
 
-class ActorResidency(Residency):
-    """Driver-side proxy of one actor's residency; a ``Coordinator`` member on its bundle."""
-
-    backend: ActorMemory
-
-    def __init__(self, actor: ActorRef, bundle: int, offload: bool, remote_state: str, wait_timeout_s: float):
-        super().__init__(actor.name, Holdings(dict), ActorMemory(actor, offload), device=bundle_key(bundle),
-                         wait_timeout_s=wait_timeout_s)
-        self.state = State(remote_state)  # an offloaded actor rests asleep from attach on
-
-    def _release(self) -> None:
-        self.released_bytes = self.backend.sleep()
-
-    def _restore(self) -> None:
-        self.backend.wake()
-
-    def _transition(self, during: State, after: State, action) -> None:
-        try:
-            super()._transition(during, after, action)
-        except ResidencyError as error:  # state is FAILED now; a dead/hung actor surfaces as itself
-            if isinstance(error.__cause__, ClusterError):
-                raise error.__cause__ from None
-            raise
+def actor_proxy(actor: ActorRef, bundle: int, offload: bool, remote_state: str, wait_timeout_s: float) -> Residency:
+    """Driver-side proxy of one actor's residency: the ordinary state machine over an
+    ``ActorMemory`` backend (the actor holds the tensors, so the proxy declares none), on device
+    key ``bundle-<index>``, starting in the actor's own state (asleep when offloaded)."""
+    return Residency(actor.name, Holdings(), ActorMemory(actor, offload), device=bundle_key(bundle),
+                     wait_timeout_s=wait_timeout_s, state=State(remote_state))
 
 
 class ResidencySet:
@@ -111,7 +87,7 @@ class ResidencySet:
     actor: N ranks wake in the time of one, each after the coordinator slept what shares its
     bundle. If a member's entry fails, the others are left again and its error is raised."""
 
-    def __init__(self, members: list[ActorResidency]):
+    def __init__(self, members: list[Residency]):
         self.members = members
         self.name = "+".join(m.name for m in members)
 
@@ -186,23 +162,22 @@ def _concurrently(calls: list) -> list[BaseException | None]:
     return [f.exception() for f in futures]
 
 
-def _attach(actors: list[ActorRef], bundles: list[int], offload: bool, cfg: "HeronConfig",
-            coordinator: Coordinator) -> ResidencySet:
+def _attach(actors: list[ActorRef], bundles: list[int], offload: bool, settings: ResidencySettings,
+            coordinator: Coordinator, timeout_s: float) -> ResidencySet:
     """Attaches residency inside every actor (concurrently), then registers their proxies."""
-    timeout_s = cfg.cluster.startup_timeout_s
-    states = wait_all([(a, a.submit_host("attach_residency", offload, cfg.offload.wait_timeout_s)) for a in actors],
-                      "attach residency", timeout_s)
-    members = [ActorResidency(a, b, offload, s, cfg.offload.wait_timeout_s) for a, b, s in zip(actors, bundles, states)]
+    wait_s = settings.wait_timeout_s
+    states = wait_all([(a, a.submit_host("attach_residency", offload, wait_s)) for a in actors], "attach residency", timeout_s)
+    members = [actor_proxy(a, b, offload, s, wait_s) for a, b, s in zip(actors, bundles, states)]
     for member in members:
         coordinator.register(member)
     return ResidencySet(members)
 
 
-def attach_remote_residency(trainer, engine, plan: "PlacementPlan", cfg: "HeronConfig") -> Coordinator:
+def attach_remote_residency(trainer, engine, plan: "PlacementPlan", settings: ResidencySettings,
+                            timeout_s: float) -> Coordinator:
     """Gives every trainer rank and engine actor its residency and the stand-ins their sets;
     returns the coordinator (arbitration by bundle when colocated; memory metrics always)."""
-    offload_train, offload_rollout = resolve_offload(cfg.colocate, cfg.offload)
-    coordinator = Coordinator(cfg.colocate)
-    trainer.residency = _attach(trainer.ranks, plan.trainer_bundles, offload_train, cfg, coordinator)
-    engine.residency = _attach(engine.engines, plan.engine_bundles, offload_rollout, cfg, coordinator)
+    coordinator = Coordinator(settings.colocate)
+    trainer.residency = _attach(trainer.ranks, plan.trainer_bundles, settings.offload_train, settings, coordinator, timeout_s)
+    engine.residency = _attach(engine.engines, plan.engine_bundles, settings.offload_rollout, settings, coordinator, timeout_s)
     return coordinator

@@ -14,47 +14,59 @@ through its residency proxy (the coordinator sleeps colocated engines first);
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
-from heron.cluster.remote_call import ActorRef, PendingBroadcast, wait_all
+from heron.checkpoint.run_state import TrainerState
+from heron.checkpoint.shards import SavedShards, ShardRequest
+from heron.cluster.remote_call import ActorRef, wait_all
 from heron.parallel.shard_batch import shard_for_ranks
-from heron.residency import Resident, host_only, needs_device
+from heron.residency import Holdings, Resident, host_only, needs_device
 from heron.trainer.batch import TrainBatch
+from heron.trainer.build import TrainerSpec, build_trainer
+from heron.weights.handle import WeightHandle
+from heron.weights.transport import WeightTransport
+from heron.weights.wire import from_wire
 
 if TYPE_CHECKING:
-    from heron.config.root import HeronConfig
+    from heron.checkpoint.reader import Checkpoint
 
 
-def build_trainer_rank(cfg: "HeronConfig", rank: int, world_size: int, master_addr: str, master_port: int):
-    """Runs inside a trainer actor: joins the process group, then builds the same
-    ``PolicyTrainer`` as the local executor, made data-parallel from outside."""
-    from heron.components import build_policy_trainer
+@dataclass(frozen=True)
+class RankSpec:
+    """What one trainer rank actor needs: the trainer's spec plus its data parallelism."""
+
+    trainer: TrainerSpec
+    world_size: int
+    parallel: str  # train.parallel: fsdp2 | ddp
+    device: str  # cluster.device: cpu (gloo) | cuda (nccl)
+    collective_timeout_s: float
+
+
+def build_trainer_rank(spec: RankSpec, rank: int, master_addr: str, master_port: int):
+    """Runs inside a trainer actor: joins the process group, then builds the same trainer as
+    the local executor (``heron.trainer.build``), made data-parallel from outside."""
     from heron.parallel.data_parallel import apply_data_parallel, init_process_group
     from heron.parallel.dp_trainer import DataParallelTrainer
-    from heron.plugins.run_hooks import load_run_hooks
 
     init_process_group(
-        rank, world_size, master_addr, master_port,
-        device=cfg.cluster.device, timeout_s=cfg.cluster.collective_timeout_s,
+        rank, spec.world_size, master_addr, master_port, device=spec.device, timeout_s=spec.collective_timeout_s,
     )
-    torch.manual_seed(cfg.run.seed)
-    return build_policy_trainer(
-        cfg, load_run_hooks(cfg).policy_loss,
-        parallelize=partial(apply_data_parallel, kind=cfg.train.parallel), trainer_cls=DataParallelTrainer,
+    torch.manual_seed(spec.trainer.seed)
+    return build_trainer(
+        spec.trainer, parallelize=partial(apply_data_parallel, kind=spec.parallel), trainer_cls=DataParallelTrainer,
     )
 
 
 class TrainerGroup(Resident):
-    def __init__(self, ranks: list[ActorRef], cfg: "HeronConfig", weight_dir: str):
+    def __init__(self, ranks: list[ActorRef], steps_per_rollout: int, transport: WeightTransport, timeout_s: float):
         self.ranks = ranks
-        self.steps = cfg.train.steps_per_rollout
-        self.transport = cfg.cluster.weight_transport
-        self.weight_dir = weight_dir
-        self.timeout_s = cfg.cluster.call_timeout_s
+        self.steps = steps_per_rollout
+        self.transport = transport
+        self.timeout_s = timeout_s
         self.version = 0  # policy version, as PolicyTrainer.version: train() calls applied
 
     @needs_device
@@ -65,62 +77,42 @@ class TrainerGroup(Resident):
         return metrics[0]
 
     @host_only
-    def weights(self):
-        """Rank 0's full weights: a numpy state dict, a ``WeightFile`` (disk transport), or a
-        ``PendingBroadcast`` that the engines complete by receiving (broadcast transport)."""
-        rank0 = self.ranks[0]  # holds the full host snapshot; the other ranks hold {}
-        if self.transport == "broadcast":  # rank 0 sends once the engines receive: do not wait here
-            return PendingBroadcast([(rank0, rank0.submit_host("send_weights", self.version))], self.version)
-        if self.transport == "disk":
-            pending = rank0.submit_host("call_to_file", "weights", self.weight_dir, self.version)
-        else:
-            pending = rank0.submit("weights")
-        return wait_all([(rank0, pending)], "weights", self.timeout_s)[0]
+    def weights(self) -> WeightHandle:
+        """Rank 0's full weights of the current version, by ``cluster.weight_transport``
+        (``heron.weights.transport``); rank 0 serves its host snapshot, so no rank wakes."""
+        return self.transport.publish(self.ranks[0], self.version)
 
     @host_only
-    def gather_weights(self) -> dict:
-        """Rank 0's full weights as numpy arrays, whatever the transport (tests, export)."""
-        return wait_all([(self.ranks[0], self.ranks[0].submit("weights"))], "weights", self.timeout_s)[0]
+    def host_weights(self) -> dict[str, torch.Tensor]:
+        """Rank 0's full weights as host tensors, whatever the transport (tests, export)."""
+        return from_wire(wait_all([(self.ranks[0], self.ranks[0].submit("host_weights"))], "host_weights", self.timeout_s)[0])
+
+    @host_only
+    def holdings(self) -> Holdings:
+        """Nothing in this process: each rank actor declares its own holdings, and the group's
+        residency is the set of their driver-side proxies (``heron.cluster.remote_residency``)."""
+        return Holdings()
+
+    # --- checkpoints (heron.checkpoint): every rank runs the same PolicyTrainer.save_state ---
+    @needs_device
+    def save_state(self, request: ShardRequest) -> SavedShards:
+        """Every rank writes (or stages) its DCP shards into the request's folder concurrently
+        (a collective); returns rank 0's fingerprint and trainer state (global values)."""
+        return self._on_all_ranks("save_state", request)[0]
+
+    @host_only
+    def wait_saved(self) -> dict[str, str]:
+        """Every rank's checksums, once its shard write has finished (async saves write from
+        host copies: no rank wakes)."""
+        sums = wait_all([(r, r.submit_host("wait_saved")) for r in self.ranks], "wait_saved", self.timeout_s)
+        return {path: digest for rank_sums in sums for path, digest in rank_sums.items()}
 
     @needs_device
-    def apply_all(self, fn, *args) -> list:
-        """Runs ``fn(rank_trainer, *args)`` on every rank concurrently (collectives such as a
-        DCP save or load need all ranks)."""
-        name = getattr(fn, "__name__", "apply")
-        return wait_all([(r, r.submit_host("apply", fn, *args)) for r in self.ranks], name, self.timeout_s)
+    def load_state(self, checkpoint: Checkpoint, run_config: dict) -> TrainerState:
+        """Every rank checks the fit and loads collectively; DCP reshards to this world size."""
+        state = self._on_all_ranks("load_state", checkpoint, run_config)[0]
+        self.version = state.version
+        return state
 
-    # --- run checkpoints (heron.checkpoint): the same two verbs as PolicyTrainer ---
-    @needs_device
-    def save_checkpoint(self, writer, rollout_id: int, run_state: dict) -> None:
-        """Every rank writes its DCP shards into the writer's temporary folder; the writer
-        (in this process) adds the state file and manifest and commits."""
-        from heron.cluster.rank_checkpoint import save_rank_shards
-
-        def write_shards(temp: Path):
-            results = self.apply_all(save_rank_shards, str(Path(temp).resolve()))
-            checksums = {k: v for _, rank_sums, _ in results for k, v in rank_sums.items()}
-            fingerprint, _, trainer_state = results[0]
-            run_state["trainer"] = trainer_state
-            return fingerprint, checksums
-
-        writer.save_sharded(rollout_id, run_state, write_shards)
-
-    @needs_device
-    def load_checkpoint(self, checkpoint, run_config: dict) -> None:
-        from heron.cluster.rank_checkpoint import load_rank_checkpoint
-
-        self.version = self.apply_all(load_rank_checkpoint, checkpoint, run_config)[0]
-
-    @needs_device
-    def save_state(self, folder: str) -> None:
-        """Model + optimizer as DCP shards (every rank writes its own), loadable at any world size."""
-        from heron.parallel.train_state import save_train_state
-
-        self.apply_all(save_train_state, folder)
-
-    @needs_device
-    def load_state(self, folder: str) -> int:
-        from heron.parallel.train_state import load_train_state
-
-        self.version = self.apply_all(load_train_state, folder)[0]
-        return self.version
+    def _on_all_ranks(self, method: str, *args) -> list:
+        return wait_all([(r, r.submit(method, *args)) for r in self.ranks], method, self.timeout_s)

@@ -9,6 +9,7 @@ from heron.config.base import apply_overrides, build, check, doc, load_yaml
 from heron.config.checkpoint import CheckpointConfig
 from heron.config.cluster import ClusterConfig
 from heron.config.data import DataConfig
+from heron.config.engine import EngineConfig
 from heron.config.eval import EvalConfig
 from heron.config.hooks import HooksConfig
 from heron.config.loop import LoopConfig
@@ -30,6 +31,7 @@ class HeronConfig:
     data: DataConfig = doc("Training prompts.")
     run: RunConfig = doc("Output folder and seed.", factory=RunConfig)
     rollout: RolloutConfig = doc("Rollout counts and sampling.", factory=RolloutConfig)
+    engine: EngineConfig = doc("Rollout engine backend.", factory=EngineConfig)
     algo: AlgoConfig = doc("Advantages, loss and KL.", factory=AlgoConfig)
     train: TrainConfig = doc("Optimizer and batching.", factory=TrainConfig)
     reward: RewardConfig = doc("Reward function.", factory=RewardConfig)
@@ -74,11 +76,6 @@ class HeronConfig:
         check(
             self.loop.mode == "sync" or (self.cluster.backend == "ray" and not self.colocate),
             "loop.mode=async needs disaggregated engines: set cluster.backend=ray and colocate=false",
-        )
-        check(
-            self.cluster.backend == "local" or not self.checkpoint.hf_export,
-            "checkpoint.hf_export is not supported with cluster.backend=ray yet (the ranks hold sharded "
-            "weights); set checkpoint.hf_export=false and export with `heron ckpt` afterwards",
         )
         check(  # one device per bundle: two colocated engines could never take their turn together
             self.cluster.backend == "local" or not self.colocate or self.cluster.num_engines <= world,

@@ -78,7 +78,9 @@ def all_reduce_mean(metrics: dict[str, float]) -> dict[str, float]:
 
 def clip_grad_norm(model: torch.nn.Module, max_norm: float) -> float:
     """Clips the global gradient norm over all ranks' shards; returns the norm before clipping."""
+    from torch.distributed.tensor import DTensor
+
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor holding partial sums
+    if isinstance(norm, DTensor):  # FSDP2: a DTensor holding partial sums
         norm = norm.full_tensor()
     return float(norm)

@@ -36,6 +36,9 @@ class DataParallelTrainer(PolicyTrainer):
         """This rank's share of the rollout (``steps_per_rollout`` mini-batches, in order)."""
         return all_reduce_mean(super().train(batch))
 
+    def _holds_full_weights(self) -> bool:
+        return dist.get_rank() == 0
+
     def _publish_weights(self) -> None:
         """The host snapshot ``weights()`` hands out: the full weights on rank 0, {} elsewhere.
         An all-gather, so it runs where every rank is anyway (end of ``train``, construction,

@@ -60,7 +60,7 @@ def resolve(spec: str, key: str = "hook") -> tuple[Any, str]:
             raise HookError(f"{key}: importing module '{module_part}' (from '{spec}') failed: {_one_line(e)}") from None
     obj: Any = module
     for name in attr.split("."):
-        if not hasattr(obj, name):
+        if name not in dir(obj):
             names = sorted(n for n, v in vars(obj).items() if callable(v) and not n.startswith("_"))
             raise HookError(
                 f"{key}: '{module_part}' has no attribute '{attr}' (from '{spec}'); "

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from heron.config.hooks import HooksConfig
-from heron.config.root import HeronConfig
 from heron.records import Prompt, RolloutBatch
 from heron.rollout.custom_generate import HookOutputError
 
@@ -32,13 +31,12 @@ def apply_postprocess(fn: Callable[..., Any] | None, config: HooksConfig, batch:
     return out
 
 
-def checked_prompts(prompts: Any, cfg: HeronConfig) -> list[Prompt]:
-    """The data source's answer to get_samples(rollout.batch_size): exactly that many Prompts."""
-    n = cfg.rollout.batch_size
+def checked_prompts(prompts: Any, n: int, source: str) -> list[Prompt]:
+    """The data source's answer to get_samples(rollout.batch_size = n): exactly n Prompts."""
     if not isinstance(prompts, list) or len(prompts) != n or not all(isinstance(p, Prompt) for p in prompts):
         found = f"{len(prompts)} items" if isinstance(prompts, list) else type(prompts).__name__
         raise HookOutputError(
-            f"data source {cfg.hooks.data_source or 'PromptDataSource'!r}: get_samples({n}) returned {found}, "
+            f"data source {source or 'PromptDataSource'!r}: get_samples({n}) returned {found}, "
             f"expected a list of {n} Prompt records"
         )
     return prompts

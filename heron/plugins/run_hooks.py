@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from heron.config.root import HeronConfig
+from heron.config.hooks import HooksConfig
+from heron.config.reward import RewardConfig
 from heron.plugins.loader import is_async_callable, load_hook
 
 
@@ -23,19 +24,19 @@ class RunHooks:
     policy_loss: Callable[..., Any] | None = None
     data_source: type | None = None
 
-    def custom_generate(self, cfg: HeronConfig):
+    def custom_generate(self, hooks: HooksConfig):
         if self.generate is None:
             return None
         from heron.rollout.custom_generate import CustomGenerate
 
-        return CustomGenerate(self.generate, cfg.hooks.generate_scope, is_async_callable(self.generate), cfg.hooks.generate)
+        return CustomGenerate(self.generate, hooks.generate_scope, is_async_callable(self.generate), hooks.generate)
 
 
-def load_run_hooks(cfg: HeronConfig) -> RunHooks:
+def load_run_hooks(hooks: HooksConfig, reward: RewardConfig) -> RunHooks:
     from heron.reward.scorer import build_reward_fn
 
-    h = cfg.hooks
-    reward_fn, scope = build_reward_fn(cfg.reward)
+    h = hooks
+    reward_fn, scope = build_reward_fn(reward)
 
     def optional(point: str, spec: str):
         return load_hook(point, spec) if spec else None

@@ -27,8 +27,9 @@ class MemoryBackend(Protocol):
     keeps_memory: bool
     """True when ``release`` frees nothing (offload disabled): the component stays awake."""
 
-    def release(self, inventory: TensorInventory) -> None:
-        """Frees the device memory of every tensor in ``inventory``, keeping the contents."""
+    def release(self, inventory: TensorInventory) -> dict[str, int]:
+        """Frees the device memory of every tensor in ``inventory``, keeping the contents;
+        returns the device bytes released per category."""
         ...
 
     def restore(self) -> None:
@@ -50,7 +51,7 @@ class KeepResident:
 
     keeps_memory = True
 
-    def release(self, inventory: TensorInventory) -> None:
+    def release(self, inventory: TensorInventory) -> dict[str, int]:
         raise AssertionError("KeepResident.release: a component without offload never sleeps")
 
     def restore(self) -> None:

@@ -57,9 +57,10 @@ class HostOffload:
         self.pin_memory = pin_memory
         self._saved: list[tuple[torch.UntypedStorage, torch.Tensor]] = []  # (device storage, host copy)
 
-    def release(self, inventory: TensorInventory) -> None:
+    def release(self, inventory: TensorInventory) -> dict[str, int]:
         if self._saved:
             raise AssertionError("HostOffload.release called twice without restore")
+        released = storage_bytes(inventory)
         storages = [s for _, s in distinct_storages(inventory) if s.nbytes() > 0]
         for storage in storages:
             if not storage.resizable():
@@ -79,6 +80,7 @@ class HostOffload:
         if any(storage.device.type == "cpu" for storage, _ in saved):
             return_freed_memory_to_os()
         self._saved = saved
+        return released
 
     def restore(self) -> None:
         for storage, host in self._saved:

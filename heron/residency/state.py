@@ -34,6 +34,7 @@ import torch
 
 from heron.residency.accounting import TensorInventory
 from heron.residency.backend import MemoryBackend
+from heron.errors import ComponentError
 from heron.residency.errors import ResidencyError
 from heron.residency.guard import SleepGuard
 from heron.residency.in_flight import Hold, InFlight
@@ -53,9 +54,11 @@ class State(enum.Enum):
 
 @dataclass
 class Holdings:
-    """What a component holds on its device, as the residency layer needs to see it."""
+    """What a component holds on its device, as the residency layer needs to see it: the
+    component declares it (``holdings()`` of the trainer and engine endpoints), the residency
+    layer releases and guards exactly that and never reads the component's attributes."""
 
-    inventory: Callable[[], TensorInventory]
+    inventory: Callable[[], TensorInventory] = dict
     """category -> tensors, gathered at each sleep (optimizer state appears after the first step)."""
     modules: Sequence[tuple[str, torch.nn.Module]] = ()
     """(name, module) pairs guarded while asleep."""
@@ -63,6 +66,8 @@ class Holdings:
     """Optimizers whose ``step`` is guarded while asleep."""
     process_groups: dict[str, ManagedProcessGroup] = field(default_factory=dict)
     """Groups released on sleep and recreated on wake."""
+    device: torch.device | str = "cpu"
+    """The device these tensors live on (picks the memory backend; colocated components share it)."""
 
 
 @dataclass(eq=False)
@@ -74,14 +79,14 @@ class _Operation:
 class Residency:
     def __init__(
         self, name: str, holdings: Holdings, backend: MemoryBackend, *, device: torch.device | str,
-        wait_timeout_s: float = 600.0,
+        wait_timeout_s: float = 600.0, state: State = State.AWAKE,
     ):
         self.name = name
         self.holdings = holdings
         self.backend = backend
         self.device_key = str(device)
         self.wait_timeout_s = wait_timeout_s
-        self.state = State.AWAKE
+        self.state = state  # ASLEEP for a proxy of a remote component that already rests asleep
         self.failure: BaseException | None = None
         self.coordinator: Coordinator | None = None
         self.released_bytes: dict[str, int] = {}  # per category, by the last sleep
@@ -139,6 +144,8 @@ class Residency:
             action()
         except BaseException as error:
             self.state, self.failure = State.FAILED, error
+            if isinstance(error, ComponentError):  # already names the component and the fix
+                raise
             raise ResidencyError(
                 f"{self.name}: {during.value} failed ({type(error).__name__}: {error}); its state may be "
                 f"lost, rebuild the component"
@@ -148,12 +155,10 @@ class Residency:
 
     def _release(self) -> None:
         inventory = self.holdings.inventory()
-        held = self.backend.held_bytes(inventory)
         for group in self.holdings.process_groups.values():
             group.release()
-        self.backend.release(inventory)
+        self.released_bytes = self.backend.release(inventory)
         self._guard.install()
-        self.released_bytes = held
 
     def _restore(self) -> None:
         self.backend.restore()

@@ -29,10 +29,11 @@ class TorchMemorySaverBackend:
         self._saver = torch_memory_saver.torch_memory_saver
         self._paused = False
 
-    def release(self, inventory: TensorInventory) -> None:
+    def release(self, inventory: TensorInventory) -> dict[str, int]:
         """Pauses the region; checks that the device really got about the state's bytes back
         (tensors allocated outside ``allocation_scope()`` would silently stay)."""
-        state_bytes = sum(storage_bytes(inventory).values())
+        held = storage_bytes(inventory)
+        state_bytes = sum(held.values())
         torch.cuda.synchronize()
         free_before = torch.cuda.mem_get_info()[0]
         self._saver.pause(self.tag)
@@ -45,6 +46,7 @@ class TorchMemorySaverBackend:
                 f"torch_memory_saver freed {freed} of {state_bytes} state bytes for '{self.tag}': the state was "
                 f"not allocated inside allocation_scope(); build the component inside it or use host offload"
             )
+        return held
 
     def restore(self) -> None:
         self._saver.resume(self.tag)

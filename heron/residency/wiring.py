@@ -9,7 +9,7 @@ operations (each scope restores the previous state, asleep), so the loop never c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -32,40 +32,6 @@ class ResidencySettings:
     process_group_backend: str | None = None  # for the trainer's group when torch.distributed is up
 
 
-def _params(*modules: torch.nn.Module | None) -> list[torch.Tensor]:
-    return [p for m in modules if m is not None for p in m.parameters()]
-
-
-def trainer_holdings(trainer, process_groups: dict[str, ManagedProcessGroup]) -> Holdings:
-    """params, grads, optimizer state, buffers and the frozen reference model of a PolicyTrainer."""
-
-    def inventory():
-        params = _params(trainer.model)
-        return {
-            "params": params,
-            "grads": [p.grad for p in params if p.grad is not None],
-            "optimizer": [
-                v for state in trainer.optimizer.state.values() for v in state.values() if torch.is_tensor(v)
-            ],
-            "buffers": list(trainer.model.buffers()),
-            "reference": _params(trainer.reference)
-            + (list(trainer.reference.buffers()) if trainer.reference is not None else []),
-        }
-
-    modules = [("model", trainer.model)] + ([("reference", trainer.reference)] if trainer.reference is not None else [])
-    return Holdings(inventory, modules, [trainer.optimizer], process_groups)
-
-
-def engine_holdings(engine) -> Holdings:
-    """Weights and buffers of an EmbeddedEngine. Its KV cache lives only inside ``generate``
-    (one DynamicCache per batch, freed on return), so at rest it holds 0 bytes of cache."""
-
-    def inventory():
-        return {"params": _params(engine.model), "buffers": list(engine.model.buffers()), "kv_cache": []}
-
-    return Holdings(inventory, [("model", engine.model)])
-
-
 def own_storages(inventory) -> int:
     """Gives every tensor backed by a non-resizable storage (memory-mapped by ``from_pretrained``,
     or from numpy) its own ordinary storage, in place (``tensor.data = clone``: the same
@@ -80,9 +46,11 @@ def own_storages(inventory) -> int:
     return num_moved
 
 
-def attach(component, name: str, holdings: Holdings, *, offload: bool, device: torch.device,
+def attach(component, name: str, holdings: Holdings, *, offload: bool,
            coordinator: Coordinator, wait_timeout_s: float) -> Residency:
-    """Attaches a residency to ``component``; with offload it then rests asleep."""
+    """Attaches a residency to ``component`` for what it ``holdings`` declares; with offload it
+    then rests asleep."""
+    device = torch.device(holdings.device)
     residency = Residency(
         name, holdings, select_backend(device, offload, tag=name), device=device, wait_timeout_s=wait_timeout_s
     )
@@ -95,13 +63,15 @@ def attach(component, name: str, holdings: Holdings, *, offload: bool, device: t
 
 
 def attach_residency(trainer, engine, settings: ResidencySettings) -> Coordinator:
-    """Gives the trainer and the engine their residency; returns the coordinator (metrics)."""
+    """Gives the trainer and the engine their residency from what each declares it holds
+    (``holdings()``); returns the coordinator (metrics)."""
     coordinator = Coordinator(settings.colocate)
-    groups = {}
+    trainer_holdings = trainer.holdings()
     if dist.is_initialized():
-        groups[TRAINER_GROUP] = ManagedProcessGroup("trainer", TRAINER_GROUP, backend=settings.process_group_backend)
-    attach(trainer, "trainer", trainer_holdings(trainer, groups), offload=settings.offload_train,
-           device=trainer.device, coordinator=coordinator, wait_timeout_s=settings.wait_timeout_s)
-    attach(engine, "engine", engine_holdings(engine), offload=settings.offload_rollout,
-           device=engine.device, coordinator=coordinator, wait_timeout_s=settings.wait_timeout_s)
+        group = ManagedProcessGroup("trainer", TRAINER_GROUP, backend=settings.process_group_backend)
+        trainer_holdings = replace(trainer_holdings, process_groups={TRAINER_GROUP: group})
+    attach(trainer, "trainer", trainer_holdings, offload=settings.offload_train,
+           coordinator=coordinator, wait_timeout_s=settings.wait_timeout_s)
+    attach(engine, "engine", engine.holdings(), offload=settings.offload_rollout,
+           coordinator=coordinator, wait_timeout_s=settings.wait_timeout_s)
     return coordinator

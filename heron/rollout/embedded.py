@@ -26,8 +26,9 @@ from pathlib import Path
 import torch
 
 from heron.records import Generation, GenerationRequest
-from heron.residency import Resident, host_only, needs_device
+from heron.residency import Holdings, Resident, host_only, needs_device
 from heron.rollout.sampling import draw_uniforms, select_tokens
+from heron.weights.handle import WeightHandle
 
 
 @dataclass(frozen=True)
@@ -212,11 +213,34 @@ class EmbeddedEngine(Resident):
         ]
 
     @needs_device
-    def load_weights(self, state: Mapping[str, torch.Tensor], version: int) -> None:
-        """Copies ``state`` into the model's tensors in place (same objects, so references held
-        elsewhere stay valid). Keys are the model's ``state_dict`` names; of tied parameters
+    def load_weights(self, handle: WeightHandle) -> None:
+        """Copies the handle's tensors into the model's in place (same objects, so references
+        held elsewhere stay valid). Keys are the model's ``state_dict`` names; of tied parameters
         (e.g. ``lm_head.weight`` = ``model.embed_tokens.weight``) either name suffices. Checks
         everything before changing anything."""
+        self._copy_in(handle.tensors())
+        self._policy_version = handle.version
+
+    @host_only
+    def served_versions(self) -> dict[str, int]:
+        return {"engine": self._policy_version}
+
+    @host_only
+    def holdings(self) -> Holdings:
+        """Weights and buffers (guarded while asleep). The KV cache lives only inside ``generate``
+        (one DynamicCache per batch, freed on return), so at rest it holds 0 bytes of cache."""
+        model = self.model
+
+        def inventory():
+            return {"params": list(model.parameters()), "buffers": list(model.buffers()), "kv_cache": []}
+
+        return Holdings(inventory, [("model", model)], device=self.device)
+
+    @host_only
+    def close(self) -> None:
+        """Nothing to stop: the model lives in this process."""
+
+    def _copy_in(self, state: Mapping[str, torch.Tensor]) -> None:
         targets = self._named_tensors()
         for name, tensor in state.items():
             if name not in targets:
@@ -232,7 +256,6 @@ class EmbeddedEngine(Resident):
         with torch.no_grad():
             for name, tensor in state.items():
                 targets[name].copy_(tensor)
-        self._policy_version = version
 
     def _named_tensors(self) -> dict[str, torch.Tensor]:
         """Every name of the model's state_dict (tied aliases included) -> its live tensor."""
@@ -246,3 +269,11 @@ class EmbeddedEngine(Resident):
         for name, param in self.model.named_parameters(remove_duplicate=False):
             aliases.setdefault(id(param), []).append(name)
         return list(aliases.values())
+
+
+def build_embedded_engine(spec) -> EmbeddedEngine:
+    """``engine.kind=embedded``: the policy folder loaded in ``model.dtype``, frozen, in this process."""
+    from heron.models import load_model
+
+    model = load_model(spec.model.path, spec.model.dtype).eval().requires_grad_(False)
+    return EmbeddedEngine(model, pad_token_id=spec.pad_token_id, max_batch_size=spec.rollout.max_batch_size)

@@ -1,9 +1,10 @@
-"""The rollout engine boundary: what the training loop may ask of whatever generates samples.
+"""The rollout engine endpoint: what the run may ask of whatever generates samples.
 
-One protocol, several backends. ``EmbeddedEngine`` (``heron.rollout.embedded``) runs an HF
-transformers causal LM in-process and is the CPU default; server adapters (SGLang, vLLM) for
-GPUs implement the same three members, so the loop and the weight transport never know which
-backend they drive.
+One protocol, several implementations: ``EmbeddedEngine`` (``heron.rollout.embedded``, an HF
+transformers causal LM in-process, the CPU default) and ``heron.cluster.engine_group.RemoteEngine``
+(the driver's stand-in for engine actors on Ray). A new backend (a serving engine such as vLLM) is
+one more implementation plus one line in ``heron.rollout.registry``; the loop, the generator, the
+evaluator and the weight transport never know which backend they drive.
 
 Contract every backend keeps:
 - ``generate`` returns one ``Generation`` per request, in request order, each stamped with the
@@ -13,20 +14,23 @@ Contract every backend keeps:
   trainer recomputes from the same weights.
 - A request's output depends only on the request (prompt, params including ``seed``) and the
   weights, never on which other requests share its batch (up to float round-off).
-- ``load_weights`` replaces the weights in place and sets ``policy_version``; a state that does
-  not fit the model (unknown or missing key, wrong shape) raises ``ValueError`` before any
-  weight is changed.
+- ``load_weights(handle)`` replaces the weights in place and sets ``policy_version`` to
+  ``handle.version``; a state that does not fit the model (unknown or missing key, wrong shape)
+  raises ``ValueError`` before any weight is changed.
+- ``served_versions()`` says which version each engine behind this endpoint serves (one entry
+  for an in-process engine, one per actor or server otherwise); the run checks them after a push.
+- ``holdings()`` declares what the engine holds on its device, for the residency layer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from heron.records import Generation, GenerationRequest
 
 if TYPE_CHECKING:
-    import torch
+    from heron.residency.state import Holdings
+    from heron.weights.handle import WeightHandle
 
 
 @runtime_checkable
@@ -42,6 +46,18 @@ class RolloutEngine(Protocol):
         """Samples one completion per request; returns them in request order."""
         ...
 
-    def load_weights(self, state: Mapping[str, torch.Tensor], version: int) -> None:
-        """Replaces the policy weights with ``state`` (HF parameter names) tagged ``version``."""
+    def load_weights(self, handle: WeightHandle) -> None:
+        """Replaces the policy weights with the handle's (HF parameter names), version included."""
+        ...
+
+    def served_versions(self) -> dict[str, int]:
+        """Engine name -> the policy version it serves."""
+        ...
+
+    def holdings(self) -> Holdings:
+        """What the engine holds on its device (weights, KV cache), for the residency layer."""
+        ...
+
+    def close(self) -> None:
+        """Stops what the engine started (servers, actors); idempotent."""
         ...

@@ -78,3 +78,6 @@ class RolloutGenerator:
                 )
             groups.append(Group(prompt=prompt, samples=samples))
         return RolloutBatch(rollout_id=rollout_id, policy_version=self.engine.policy_version, groups=groups)
+
+    def close(self) -> None:
+        """Nothing runs in the background here (``AsyncRolloutGenerator`` stops its thread)."""

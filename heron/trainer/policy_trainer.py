@@ -10,17 +10,25 @@ docs/residency.md.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
+from heron.checkpoint.run_state import TrainerState
+from heron.checkpoint.shards import ModuleShards, SavedShards, ShardRequest
 from heron.config.train import TrainConfig
-from heron.residency import Resident, host_only, needs_device
+from heron.residency import Holdings, Resident, host_only, needs_device
 from heron.residency.snapshot import host_snapshot
 from heron.trainer.batch import TrainBatch
 from heron.trainer.logprobs import forward_logprobs
 from heron.trainer.lr_schedule import build_scheduler
 from heron.trainer.objectives import Objective
+from heron.weights.handle import InMemory, WeightHandle
+
+if TYPE_CHECKING:
+    from heron.checkpoint.reader import Checkpoint
 
 
 class PolicyTrainer(Resident):
@@ -49,6 +57,7 @@ class PolicyTrainer(Resident):
             schedule=cfg.lr_schedule, min_lr_ratio=cfg.min_lr_ratio,
         )
         self.version = 0  # policy version: number of train() calls applied to the weights
+        self._shards: ModuleShards | None = None  # checkpoint writer of this process, made at the first save
         self._publish_weights()
 
     @property
@@ -122,9 +131,14 @@ class PolicyTrainer(Resident):
         return float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
 
     @host_only
-    def weights(self) -> dict[str, torch.Tensor]:
+    def weights(self) -> WeightHandle:
         """The current policy weights for pushing to the engine: a host snapshot taken at the
         end of ``train()``, so handing them out never wakes the trainer. Read-only."""
+        return WeightHandle(self.version, InMemory(self.host_weights()))
+
+    @host_only
+    def host_weights(self) -> dict[str, torch.Tensor]:
+        """The host snapshot of the current weights (every ``state_dict`` name). Read-only."""
         if self._host_weights_version != self.version:
             raise RuntimeError(
                 f"the host snapshot of the weights is of version {self._host_weights_version} but the trainer is at "
@@ -132,29 +146,63 @@ class PolicyTrainer(Resident):
             )
         return self._host_weights
 
+    @host_only
+    def holdings(self) -> Holdings:
+        """Params, grads, optimizer state, buffers and the frozen reference model; the model and
+        the reference are guarded while asleep, and so is the optimizer's step."""
+        model, reference, optimizer = self.model, self.reference, self.optimizer
+
+        def inventory():
+            params = list(model.parameters())
+            return {
+                "params": params,
+                "grads": [p.grad for p in params if p.grad is not None],
+                "optimizer": [v for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)],
+                "buffers": list(model.buffers()),
+                "reference": [] if reference is None else [*reference.parameters(), *reference.buffers()],
+            }
+
+        modules = [("model", model)] + ([("reference", reference)] if reference is not None else [])
+        return Holdings(inventory, modules, [optimizer], device=self.device)
+
     # --- checkpoint (heron.checkpoint) ---------------------------------------------------------
     @needs_device
-    def save_checkpoint(self, writer, rollout_id: int, run_state: dict) -> None:
-        """Saves model, optimizer, scheduler and policy version through ``writer``
-        (``heron.checkpoint.writer.CheckpointWriter``). Needs the live tensors (device memory);
-        returns once they are staged, so the trainer may change or sleep afterwards, while an
-        async writer finishes the files in the background."""
-        trainer_state = {"version": self.version, "scheduler": self.scheduler.state_dict()}
-        writer.save(rollout_id, self.model, self.optimizer, {**run_state, "trainer": trainer_state})
+    def save_state(self, request: ShardRequest) -> SavedShards:
+        """Writes model + optimizer shards for ``request`` (``heron.checkpoint.shards``) and
+        returns them with the ``TrainerState`` (policy version, scheduler). Needs the live
+        tensors; returns once they are staged, so the trainer may change or sleep afterwards,
+        while an async save finishes the files in the background (``wait_saved``)."""
+        if self._shards is None:
+            self._shards = ModuleShards(self.model, self.optimizer)
+        primary = self._holds_full_weights()
+        hf_weights = self.host_weights() if request.hf_export and primary else None
+        saved = self._shards.save_state(request, hf_weights, primary=primary)
+        return replace(saved, trainer=TrainerState(self.version, self.scheduler.state_dict()))
+
+    @host_only
+    def wait_saved(self) -> dict[str, str]:
+        """Waits for this trainer's shard write in flight; {path: checksum} of its files."""
+        return {} if self._shards is None else self._shards.wait_saved()
 
     @needs_device
-    def load_checkpoint(self, checkpoint, run_config: dict) -> None:
-        """Restores what ``save_checkpoint`` saved from a verified ``Checkpoint``, after checking
-        that it fits this model, optimizer and ``run_config`` (one-line error, nothing loaded,
-        if not). Needs device memory."""
+    def load_state(self, checkpoint: Checkpoint, run_config: dict) -> TrainerState:
+        """Restores what ``save_state`` saved from a verified ``Checkpoint``, after checking that
+        it fits this model, optimizer and ``run_config`` (one-line error, nothing loaded, if not)."""
         from heron.checkpoint.reader import load_into
         from heron.checkpoint.resume import check_fits
 
+        state = checkpoint.trainer_state()
         check_fits(checkpoint, self.model, self.optimizer, run_config)
         load_into(checkpoint, self.model, self.optimizer)
-        self.scheduler.load_state_dict(checkpoint.state["trainer"]["scheduler"])
-        self.version = checkpoint.state["trainer"]["version"]
+        self.scheduler.load_state_dict(state.scheduler)
+        self.version = state.version
         self._publish_weights()
+        return state
+
+    def _holds_full_weights(self) -> bool:
+        """Whether this process holds the full weights (and so writes the checkpoint-wide
+        files): always in one process; rank 0 of a data-parallel group."""
+        return True
 
     @needs_device
     def export_hf(self, out_dir: str | Path, tokenizer=None) -> Path:

@@ -18,7 +18,31 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from heron.weights.handle import unique_storages
+
 DTYPES = {str(d): d for d in (torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64)}
+
+
+_JOINED: list["WeightBroadcastGroup"] = []
+
+
+def join(addr: str, port: int, rank: int, size: int, timeout_s: float) -> "WeightBroadcastGroup":
+    """Joins this process to the broadcast group (at most one per process: an actor is one
+    trainer rank or one engine)."""
+    if _JOINED:
+        raise RuntimeError("this process already joined a weight broadcast group")
+    _JOINED.append(WeightBroadcastGroup(addr, port, rank, size, timeout_s))
+    return _JOINED[0]
+
+
+def joined_group() -> "WeightBroadcastGroup":
+    """The group ``join`` made in this process (a ``Broadcast`` weight source receives on it)."""
+    if not _JOINED:
+        raise RuntimeError(
+            "weights arrive by broadcast but this process joined no broadcast group; "
+            "cluster.weight_transport=broadcast needs engine actors (cluster.backend=ray)"
+        )
+    return _JOINED[0]
 
 
 class WeightBroadcastGroup:
@@ -35,11 +59,8 @@ class WeightBroadcastGroup:
 
     def send(self, state: dict[str, torch.Tensor], version: int) -> None:
         """Rank 0 only. Tied tensors are sent once (the engine accepts either alias)."""
-        seen, names = set(), []
-        for name, tensor in state.items():
-            if tensor.untyped_storage().data_ptr() not in seen:
-                seen.add(tensor.untyped_storage().data_ptr())
-                names.append(name)
+        state = unique_storages(state)
+        names = list(state)
         layout = [(n, list(state[n].shape), str(state[n].dtype)) for n in names]
         self.store.set(f"layout/{version}", json.dumps(layout))
         for dtype in sorted({d for _, _, d in layout}):

@@ -15,10 +15,3 @@ def check_served_versions(served: dict[str, int], expected: int) -> None:
                 f"{name} serves policy version {version} but the trainer pushed version {expected}; "
                 f"samples would come from stale weights"
             )
-
-
-def served_versions(engine) -> dict[str, int]:
-    """What each engine behind ``engine`` serves: one entry locally, one per actor on Ray."""
-    if hasattr(engine, "served_versions"):
-        return engine.served_versions()
-    return {"engine": engine.policy_version}

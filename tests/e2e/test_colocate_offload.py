@@ -61,14 +61,14 @@ def _saved_models(folder, like: torch.nn.Module) -> dict[str, dict[str, torch.Te
 def _train_recording_save_states(cfg):
     """``heron.loop.train``; records the trainer's residency state each time a checkpoint save starts."""
     states = []
-    original = PolicyTrainer.save_checkpoint
+    original = PolicyTrainer.save_state
 
-    def save_checkpoint(self, *args, **kwargs):
+    def save_state(self, *args, **kwargs):
         states.append(self.residency_state)
         return original(self, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(PolicyTrainer, "save_checkpoint", save_checkpoint)
+        mp.setattr(PolicyTrainer, "save_state", save_state)
         records, components = _train_capturing_components(cfg, mp)
     return states, components
 

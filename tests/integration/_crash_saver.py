@@ -6,6 +6,7 @@ import sys
 
 import torch
 
+from heron.checkpoint.shards import ModuleShards
 from heron.checkpoint.writer import CheckpointWriter
 
 
@@ -16,6 +17,7 @@ def main(folder: str, mode: str) -> None:
     model(torch.randn(2, 512)).sum().backward()
     optimizer.step()
     writer = CheckpointWriter(folder, async_save=mode == "async", keep_last=2)
+    shards = ModuleShards(model, optimizer)
     print("ready", flush=True)
     rollout_id = 0
     while True:
@@ -23,7 +25,7 @@ def main(folder: str, mode: str) -> None:
             for p in model.parameters():
                 p.fill_(float(rollout_id))
                 optimizer.state[p]["exp_avg"].fill_(float(rollout_id))
-        writer.save(rollout_id, model, optimizer, {"value": rollout_id})
+        writer.save(rollout_id, shards, {"value": rollout_id})
         rollout_id += 1
 
 

@@ -9,6 +9,7 @@ import json
 from heron.config.root import load_config
 from heron.config.data import DataConfig
 from heron.data.source import PromptDataSource
+from heron.loop import run_rollouts
 from heron.rl_run import RLRun
 
 
@@ -22,15 +23,14 @@ def _config(toy_model_dir, toy_data_path, tmp_path, mode):
 
 
 def _run(cfg):
-    prompts, versions, records = [], [], []
+    prompts, versions = [], []
+
+    def observe(batch, record):
+        prompts.append([g.prompt.prompt_id for g in batch.groups])
+        versions.append(sorted({s.policy_version for s in batch.samples}))
+
     with RLRun(cfg) as run:
-        for rollout_id in run.rollout_ids():
-            batch = run.advantages(run.reward(run.generate(rollout_id)))
-            prompts.append([g.prompt.prompt_id for g in batch.groups])
-            versions.append(sorted({s.policy_version for s in batch.samples}))
-            metrics = run.train(batch)
-            run.push_weights()
-            records.append(run.log(batch, metrics, {}))
+        records = run_rollouts(run, observe)
     return prompts, versions, records
 
 

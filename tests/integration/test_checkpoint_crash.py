@@ -22,6 +22,7 @@ import torch
 from heron.checkpoint import dcp_io
 from heron.checkpoint.layout import committed, leftovers, read_latest
 from heron.checkpoint.reader import find_latest, open_checkpoint
+from heron.checkpoint.shards import ModuleShards
 from heron.checkpoint.writer import CheckpointWriter
 
 CHILD = Path(__file__).with_name("_crash_saver.py")
@@ -60,7 +61,7 @@ def _check_consistent(folder: Path) -> bool:
         assert bool((p == value).all()) and bool((optimizer.state[p]["exp_avg"] == value).all())
     # a resumed run's writer clears the leftovers and commits the next checkpoint
     writer = CheckpointWriter(folder, async_save=False, keep_last=2)
-    writer.save(ckpt.rollout_id + 1, model, optimizer, {"value": ckpt.rollout_id + 1})
+    writer.save(ckpt.rollout_id + 1, ModuleShards(model, optimizer), {"value": ckpt.rollout_id + 1})
     assert leftovers(folder) == [] and find_latest(folder).rollout_id == ckpt.rollout_id + 1
     return unfinished
 

@@ -14,6 +14,7 @@ from heron.checkpoint import dcp_io
 from heron.checkpoint.errors import CheckpointError
 from heron.checkpoint.layout import committed, read_latest
 from heron.checkpoint.reader import find_latest, open_checkpoint
+from heron.checkpoint.shards import ModuleShards
 from heron.checkpoint.writer import CheckpointWriter
 from tests.checkpoint_helpers import model_and_optimizer
 
@@ -21,10 +22,10 @@ from tests.checkpoint_helpers import model_and_optimizer
 
 
 def _save_all(folder, ids, **kw) -> CheckpointWriter:
-    model, optimizer = model_and_optimizer()
+    shards = ModuleShards(*model_and_optimizer())
     writer = CheckpointWriter(folder, **kw)
     for rollout_id in ids:
-        writer.save(rollout_id, model, optimizer, {"note": rollout_id})
+        writer.save(rollout_id, shards, {"note": rollout_id})
     writer.close()
     return writer
 
@@ -89,7 +90,7 @@ def test_async_save_stages_a_copy_before_returning(tmp_path):
     model, optimizer = model_and_optimizer()
     expected = {k: v.clone() for k, v in model.state_dict().items()}
     writer = CheckpointWriter(tmp_path, async_save=True)
-    writer.save(5, model, optimizer, {})
+    writer.save(5, ModuleShards(model, optimizer), {})
     assert writer.wait_until_staged(timeout=0) and not writer.staging
     with torch.no_grad():
         for p in model.parameters():
@@ -103,7 +104,7 @@ def test_async_save_stages_a_copy_before_returning(tmp_path):
 
 def test_load_restores_model_and_optimizer_bit_exactly(tmp_path):
     model, optimizer = model_and_optimizer(seed=0)
-    CheckpointWriter(tmp_path, async_save=False).save(0, model, optimizer, {})
+    CheckpointWriter(tmp_path, async_save=False).save(0, ModuleShards(model, optimizer), {})
     fresh, fresh_opt = model_and_optimizer(seed=3)
     dcp_io.load_into(fresh, fresh_opt, tmp_path / "rollout-000000")
     for a, b in zip(model.parameters(), fresh.parameters()):
@@ -121,7 +122,7 @@ def test_background_failure_surfaces_in_the_loop(tmp_path, monkeypatch):
     monkeypatch.setattr(dcp_io, "save", broken_save)
     model, optimizer = model_and_optimizer()
     writer = CheckpointWriter(tmp_path, async_save=True)
-    writer.save(0, model, optimizer, {})
+    writer.save(0, ModuleShards(model, optimizer), {})
     with pytest.raises(CheckpointError, match="async checkpoint save of rollout-000000 failed: OSError"):
         writer.close()
     assert committed(tmp_path) == []

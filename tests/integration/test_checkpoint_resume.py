@@ -28,7 +28,7 @@ from heron.tracking.metrics_file import read_jsonl
 NUM_ROLLOUTS, STOP_AFTER = 5, 2  # checkpoints after rollouts 1, 3, 4 (interval 2 + the last)
 
 # Variants of the exact-resume test; the colocated one resumes into a trainer that rests asleep
-# (load_checkpoint wakes it and republishes the host snapshot of the weights).
+# (load_state wakes it and republishes the host snapshot of the weights).
 RESUME_MODES = [
     pytest.param(["checkpoint.async=false"], id="sync"),
     pytest.param(["checkpoint.async=true"], id="async"),

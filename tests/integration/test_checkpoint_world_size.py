@@ -13,14 +13,16 @@ import random
 import pytest
 import torch
 
-from heron.cluster.ray_executor import RayExecutor
-from heron.components import build_policy_trainer
+from heron.build import build_executor, trainer_spec
 from heron.config.root import load_config
-from heron.parallel.train_state import load_train_state, save_train_state
+from heron.checkpoint.fingerprint import config_fingerprint
+from heron.checkpoint.reader import open_checkpoint
+from heron.checkpoint.writer import CheckpointWriter
+from heron.config.base import to_dict
 from heron.records import Sample
+from heron.loop import run_rollouts
 from heron.rl_run import RLRun
 from heron.trainer.batch import collate
-from heron.weights.wire import from_wire
 
 
 def _config(toy_model_dir, tmp_path, world_size):
@@ -47,16 +49,28 @@ def _batch(rollout_id: int):
     return collate(samples, pad_token_id=0)
 
 
+def _trainer(cfg):
+    from heron.trainer.build import build_trainer
+
+    return build_trainer(trainer_spec(cfg))
+
+
 def _weights(state) -> dict[str, torch.Tensor]:
-    return {k: v.clone() for k, v in from_wire(state).items()}
+    return {k: v.clone() for k, v in state.items()}
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(toy_model_dir, tmp_path_factory):
-    trainer = build_policy_trainer(_config(toy_model_dir, tmp_path_factory.mktemp("ref"), 1))
+    trainer = _trainer(_config(toy_model_dir, tmp_path_factory.mktemp("ref"), 1))
     trainer.train(_batch(0))
     trainer.train(_batch(1))
-    return _weights(trainer.weights())
+    return _weights(trainer.host_weights())
+
+
+def _save(trainer, folder, cfg):
+    """The trainer's state through the one save path (the run's CheckpointWriter), sync."""
+    CheckpointWriter(folder, async_save=False).save(0, trainer, {"fingerprint": {"config": config_fingerprint(to_dict(cfg))}})
+    return open_checkpoint(folder / "rollout-000000")
 
 
 def _assert_same(weights, reference):
@@ -65,29 +79,33 @@ def _assert_same(weights, reference):
 
 
 def test_two_ranks_to_one(ray_session, toy_model_dir, tmp_path, uninterrupted):
-    executor = RayExecutor(_config(toy_model_dir, tmp_path, 2))
+    cfg = _config(toy_model_dir, tmp_path, 2)
+    executor = build_executor(cfg)
     try:
-        group = executor.trainer()
+        group = executor.trainer(trainer_spec(cfg))
         group.train(_batch(0))
-        group.save_state(str(tmp_path / "ckpt"))
+        checkpoint = _save(group, tmp_path / "ckpt", cfg)
     finally:
         executor.close()
-    trainer = build_policy_trainer(_config(toy_model_dir, tmp_path, 1))
-    assert load_train_state(trainer, tmp_path / "ckpt") == 1
+    one = _config(toy_model_dir, tmp_path, 1)
+    trainer = _trainer(one)
+    assert trainer.load_state(checkpoint, to_dict(one)).version == trainer.version == 1
     trainer.train(_batch(1))
-    _assert_same(_weights(trainer.weights()), uninterrupted)
+    _assert_same(_weights(trainer.host_weights()), uninterrupted)
 
 
 def test_one_process_to_two_ranks(ray_session, toy_model_dir, tmp_path, uninterrupted):
-    trainer = build_policy_trainer(_config(toy_model_dir, tmp_path, 1))
+    one = _config(toy_model_dir, tmp_path, 1)
+    trainer = _trainer(one)
     trainer.train(_batch(0))
-    save_train_state(trainer, tmp_path / "ckpt")
-    executor = RayExecutor(_config(toy_model_dir, tmp_path, 2))
+    checkpoint = _save(trainer, tmp_path / "ckpt", one)
+    cfg = _config(toy_model_dir, tmp_path, 2)
+    executor = build_executor(cfg)
     try:
-        group = executor.trainer()
-        assert group.load_state(str(tmp_path / "ckpt")) == 1
+        group = executor.trainer(trainer_spec(cfg))
+        assert group.load_state(checkpoint, to_dict(cfg)).version == group.version == 1
         group.train(_batch(1))
-        weights = _weights(group.weights())
+        weights = _weights(group.host_weights())
     finally:
         executor.close()
     _assert_same(weights, uninterrupted)
@@ -95,31 +113,25 @@ def test_one_process_to_two_ranks(ray_session, toy_model_dir, tmp_path, uninterr
 
 # --- run-level checkpoints (heron.checkpoint) on the Ray backend -------------------------------
 
-def _run_config(toy_model_dir, toy_data_path, run_dir, world_size, num_rollouts):
+def _run_config(toy_model_dir, toy_data_path, run_dir, world_size, num_rollouts, *extra):
     cluster = ["cluster.backend=ray", "cluster.cpus_per_bundle=0.5", "colocate=false"] if world_size > 1 else []
     return load_config(None, [
         f"model.path={toy_model_dir}", f"data.path={toy_data_path}", "eval.path=", f"run.dir={run_dir}",
         f"rollout.num_rollouts={num_rollouts}", "rollout.batch_size=2", "rollout.samples_per_prompt=2",
         "rollout.max_new_tokens=4", "train.micro_batch_size=2", "train.lr=1e-3", f"train.world_size={world_size}",
         "train.weight_decay=0.1",  # the untrained toy earns no reward: decay makes every step move the weights
-        "checkpoint.interval=1", "tracking.progress=false", "tracking.summary=false", *cluster,
+        "checkpoint.interval=1", "tracking.progress=false", "tracking.summary=false", *cluster, *extra,
     ])
 
 
 def _train_and_weights(cfg) -> tuple[dict, int]:
     with RLRun(cfg) as run:
-        for rollout_id in run.rollout_ids():
-            batch = run.advantages(run.reward(run.generate(rollout_id)))
-            run.train(batch)
-            run.push_weights()
-            run.checkpoint(rollout_id)
-        trainer = run.c.trainer
-        weights = trainer.gather_weights() if hasattr(trainer, "gather_weights") else trainer.weights()
-        return _weights(weights), run.start_rollout
+        run_rollouts(run)
+        return _weights(run.c.trainer.host_weights()), run.start_rollout
 
 
 def _assert_trained(weights, toy_model_dir) -> None:
-    from heron.components import load_model
+    from heron.models import load_model
 
     initial = load_model(str(toy_model_dir), "float32").state_dict()
     assert any(not torch.equal(weights[k], initial[k]) for k in weights), "training did not move the weights"
@@ -142,3 +154,20 @@ def test_run_checkpoint_of_one_process_resumes_on_two_ranks(ray_session, toy_mod
     assert start == 1
     for name, tensor in resumed.items():
         assert torch.equal(tensor, saved[name]), name
+
+
+def test_async_hf_export_checkpoint_of_two_ranks(ray_session, toy_model_dir, toy_data_path, tmp_path):
+    """Ranks stage their shards and write them in the background; rank 0 writes hf/ from its
+    full snapshot; the driver commits. The checkpoint resumes in one process bit-identically,
+    and hf/ loads with from_pretrained to the trainer's weights."""
+    from transformers import AutoModelForCausalLM
+
+    extra = ["checkpoint.async=true", "checkpoint.hf_export=true"]
+    saved, _ = _train_and_weights(_run_config(toy_model_dir, toy_data_path, tmp_path, 2, 2, *extra))
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "checkpoints" / "rollout-000001" / "hf")
+    for name, tensor in hf.state_dict().items():
+        assert torch.equal(tensor, saved[name]), name
+    resumed, start = _train_and_weights(_run_config(toy_model_dir, toy_data_path, tmp_path, 1, 2, *extra))
+    assert start == 2
+    for name, tensor in saved.items():
+        assert torch.equal(resumed[name], tensor), name

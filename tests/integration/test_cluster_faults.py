@@ -14,7 +14,8 @@ import ray
 
 from heron.checkpoint.reader import find_latest
 from heron.cluster.errors import ClusterError
-from heron.components import build_policy_trainer
+from heron.build import trainer_spec
+from heron.trainer.build import build_trainer
 from heron.config.base import to_dict
 from heron.config.root import load_config
 from heron.rl_run import RLRun
@@ -64,8 +65,8 @@ def test_engine_killed_mid_rollout_names_it_and_the_last_checkpoint_loads(
     _assert_all_gone(actors)
     checkpoint = find_latest(tmp_path / "checkpoints")
     assert checkpoint is not None and checkpoint.rollout_id == 0
-    trainer = build_policy_trainer(cfg)
-    trainer.load_checkpoint(checkpoint, to_dict(cfg))
+    trainer = build_trainer(trainer_spec(cfg))
+    trainer.load_state(checkpoint, to_dict(cfg))
     assert trainer.version == 1
 
 

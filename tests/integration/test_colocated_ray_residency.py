@@ -29,10 +29,9 @@ import torch
 
 from heron.cluster.errors import ClusterError
 from heron.cluster.remote_call import wait_all
-from heron.cluster.remote_residency import ActorResidency
+from heron.residency.state import Residency
 from heron.config.root import load_config
 from heron.rl_run import RLRun
-from heron.weights.wire import from_wire
 
 CALL_TIMEOUT_S = 6
 IN_TRANSITION = {"waking": {"asleep", "waking", "awake"}, "sleeping": {"awake", "sleeping", "asleep"}}
@@ -69,7 +68,7 @@ def _run(cfg, after_loop=None):
             run.checkpoint(rollout_id)
         if after_loop is not None:
             after_loop(run)
-        weights = {k: v.clone() for k, v in from_wire(run.c.trainer.gather_weights()).items()}
+        weights = {k: v.clone() for k, v in run.c.trainer.host_weights().items()}
     return records, weights
 
 
@@ -78,7 +77,7 @@ def transitions(monkeypatch):
     """Every transition of a driver proxy, with the real states of all actors right after it:
     (actor, state it reached, {bundle: [actors not asleep there]})."""
     log = []
-    original = ActorResidency._transition
+    original = Residency._transition  # on the driver, every Residency is an actor proxy
 
     def spied(self, during, after, action):
         original(self, during, after, action)
@@ -95,7 +94,7 @@ def transitions(monkeypatch):
                 awake[member.device_key].append(member.name)
         log.append((self.name, after.value, dict(awake)))
 
-    monkeypatch.setattr(ActorResidency, "_transition", spied)
+    monkeypatch.setattr(Residency, "_transition", spied)
     return log
 
 

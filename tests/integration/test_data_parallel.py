@@ -23,7 +23,6 @@ import torch
 
 from heron.config.root import load_config
 from heron.rl_run import RLRun
-from heron.weights.wire import from_wire
 
 NUM_ROLLOUTS = 2
 
@@ -56,9 +55,9 @@ def _run(cfg):
             metrics.append(run.train(batch))
             run.push_weights()  # checks the engine serves the trainer's version
         trainer = run.c.trainer
-        weights = trainer.gather_weights() if hasattr(trainer, "gather_weights") else trainer.weights()
+        weights = trainer.host_weights()
         served = run.c.engine.policy_version
-    weights = {k: v.clone() for k, v in from_wire(weights).items()}  # numpy or tensors
+    weights = {k: v.clone() for k, v in weights.items()}
     return tokens, metrics, weights, served
 
 

@@ -118,7 +118,7 @@ def test_state_dicts_of_an_asleep_component_raise_our_error(make_pair, tmp_path)
     from heron.checkpoint.writer import CheckpointWriter
 
     writer = CheckpointWriter(tmp_path, async_save=True)
-    pair.trainer.save_checkpoint(writer, 0, {})  # declared: wakes by itself, stages, sleeps again
+    writer.save(0, pair.trainer, {})  # save_state is declared: wakes by itself, stages, sleeps again
     assert pair.trainer.residency_state is State.ASLEEP
     writer.close()
     assert (tmp_path / "rollout-000000").is_dir()
@@ -140,12 +140,12 @@ def test_host_only_weights_never_wake(make_pair, batch):
     pair = make_pair(colocate=True, offload=True)
     pair.trainer.train(batch)
     transitions = pair.trainer.residency.num_transitions
-    weights = pair.trainer.weights()
+    handle = pair.trainer.weights()
     assert pair.trainer.residency.num_transitions == transitions
-    pair.engine.load_weights(weights, pair.trainer.version)
+    pair.engine.load_weights(handle)
     pair.trainer.wake()
     for name, tensor in pair.trainer.model.state_dict().items():
-        assert torch.equal(weights[name], tensor), name
+        assert torch.equal(handle.tensors()[name], tensor), name
 
 
 def test_sleep_waits_for_in_flight_work(make_pair):

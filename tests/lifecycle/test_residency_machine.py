@@ -89,7 +89,7 @@ class ColocatedPair(RuleBasedStateMachine):
         """Async checkpoint (staged inside the declared op; the files are written behind)."""
         self.num_files += 1
         for pair, writer in zip((self.main, self.shadow), self.writers):
-            pair.trainer.save_checkpoint(writer, self.num_files, {})
+            writer.save(self.num_files, pair.trainer, {})
         folders = [writer.wait() for writer in self.writers]
         assert _saved_model(folders[0], self.template) == _saved_model(folders[1], self.template)
 
@@ -102,7 +102,7 @@ class ColocatedPair(RuleBasedStateMachine):
 
     @rule()
     def push_weights(self):
-        self._both(lambda p: p.engine.load_weights(p.trainer.weights(), p.trainer.version))
+        self._both(lambda p: p.engine.load_weights(p.trainer.weights()))
 
     @rule(seed=st.integers(0, 5), greedy=st.booleans())
     def generate(self, seed, greedy):
@@ -161,7 +161,7 @@ class ColocatedPair(RuleBasedStateMachine):
 
 @pytest.fixture(scope="module")
 def evaluator(toy_model_dir):
-    from heron.components import load_tokenizer
+    from heron.models import load_tokenizer
     from heron.reward.scorer import RewardScorer
     from heron.rollout.prompt_format import PromptFormatter
     from heron.toy.addition import make_prompts

@@ -82,3 +82,159 @@ EXPECTED_CLI = {
     "demo": ["--config", "--run-dir"],
     "ckpt": [],
 }
+
+
+# --- 4. No import cycle inside heron/ ------------------------------------------------------------
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    """Line numbers inside ``if TYPE_CHECKING:`` blocks (imports there never run)."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+def _imported(node: ast.AST, module: str, is_package: bool, known: set[str]) -> list[str]:
+    """heron modules an import statement loads: ``from heron.a import b`` loads heron.a.b if
+    that is a module, else heron.a; relative imports are resolved against ``module``."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names if a.name in known]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    base = node.module or ""
+    if node.level:
+        package = module.split(".") if is_package else module.split(".")[:-1]
+        package = package[: len(package) - node.level + 1]
+        base = ".".join(package + ([base] if base else []))
+    targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+    return [t for t in targets if t in known]
+
+
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """heron module -> heron modules it imports anywhere (module level or inside functions:
+    a cycle hidden in a function still couples the two modules), ``TYPE_CHECKING`` excluded."""
+    paths = {_module_name(p, root): p for p in root.rglob("*.py")}
+    known = set(paths)
+    graph = {}
+    for module, path in paths.items():
+        tree = ast.parse(path.read_text())
+        skip = _type_checking_lines(tree)
+        edges = set()
+        for node in ast.walk(tree):
+            if getattr(node, "lineno", None) not in skip:
+                edges.update(_imported(node, module, path.name == "__init__.py", known))
+        graph[module] = edges - {module}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, cycles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_import_cycle_inside_heron():
+    assert import_cycles(import_graph()) == []
+
+
+def test_the_cycle_check_catches_a_cycle_hidden_in_a_function(tmp_path):
+    pkg = tmp_path / "heron"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from heron.b import x\n")
+    (pkg / "b.py").write_text("def f():\n    from heron import a\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from heron.a import y\n")
+    assert import_cycles(import_graph(pkg)) == [["heron.a", "heron.b"]]
+
+
+# --- 5. Short functions --------------------------------------------------------------------------
+MAX_FUNCTION_LINES = 60
+
+
+def long_functions(root: Path = ROOT) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    found.append(f"{path.relative_to(root)}:{node.lineno} {node.name} ({length} lines)")
+    return found
+
+
+def test_no_function_over_60_lines():
+    assert long_functions() == []
+
+
+# --- 6. Endpoints are used through their protocols -----------------------------------------------
+# The trainer, the engines and the weight handles are used through their protocols
+# (heron.trainer.protocol, heron.rollout.engine, heron.weights.handle): code that joins the
+# parts never asks which kind it holds. hasattr is banned outright (a duck-typed probe is a
+# missing protocol member); isinstance/issubclass against an endpoint type is banned outside the
+# protocol modules.
+ENDPOINT_TYPES = {
+    "PolicyTrainer", "DataParallelTrainer", "TrainerGroup", "Trainer", "EmbeddedEngine", "RemoteEngine",
+    "RolloutEngine", "WeightHandle", "InMemory", "SafetensorsFile", "ObjectStore", "Broadcast",
+}
+PROTOCOL_MODULES = {"trainer/protocol.py", "rollout/engine.py", "weights/handle.py"}
+
+
+def endpoint_dispatch(root: Path = ROOT) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = str(path.relative_to(root))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+                continue
+            if node.func.id == "hasattr":
+                found.append(f"{rel}:{node.lineno} hasattr")
+            elif node.func.id in ("isinstance", "issubclass") and rel not in PROTOCOL_MODULES and len(node.args) == 2:
+                names = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
+                names |= {n.attr for n in ast.walk(node.args[1]) if isinstance(n, ast.Attribute)}
+                if names & ENDPOINT_TYPES:
+                    found.append(f"{rel}:{node.lineno} {node.func.id}(..., {ast.unparse(node.args[1])})")
+    return found
+
+
+def test_endpoints_are_used_through_their_protocols():
+    assert endpoint_dispatch() == []
+
+
+def test_the_dispatch_check_catches_probes(tmp_path):
+    (tmp_path / "x.py").write_text(
+        "if hasattr(engine, 'served_versions'):\n    pass\nok = isinstance(state, dict)\n"
+        "bad = isinstance(component, (PolicyTrainer, int))\n"
+    )
+    assert endpoint_dispatch(tmp_path) == ["x.py:1 hasattr", "x.py:4 isinstance(..., (PolicyTrainer, int))"]

@@ -6,6 +6,7 @@ import torch
 
 from heron.records import GenerationRequest, SamplingParams
 from heron.rollout import EmbeddedEngine, RolloutEngine
+from heron.weights.handle import InMemory, WeightHandle
 
 PROMPTS = [[5, 6, 7, 8, 9, 10], [11], [12, 13, 14], [15, 16, 17, 18, 19, 20, 21, 22, 23, 24]]
 
@@ -126,7 +127,7 @@ def test_load_weights_updates_version_and_outputs(toy_model_dir):
     before = engine.generate([request])[0]
     state = {name: tensor * 3.0 for name, tensor in engine.model.state_dict().items()}
     param_ids = {id(p) for p in engine.model.parameters()}
-    engine.load_weights(state, version=5)
+    engine.load_weights(WeightHandle(5, InMemory(state)))
     after = engine.generate([request])[0]
     assert engine.policy_version == after.policy_version == 5 and before.policy_version == 0
     assert after.logprobs != before.logprobs
@@ -140,12 +141,12 @@ def test_load_weights_rejects_bad_state(toy_model_dir):
     good = {name: tensor.clone() for name, tensor in engine.model.state_dict().items()}
     name = "model.layers.0.self_attn.q_proj.weight"
     with pytest.raises(ValueError, match="unknown key 'nope'"):
-        engine.load_weights({**good, "nope": torch.zeros(1)}, version=1)
+        engine.load_weights(WeightHandle(1, InMemory({**good, "nope": torch.zeros(1)})))
     with pytest.raises(ValueError, match=f"shape mismatch for '{name}'"):
-        engine.load_weights({**good, name: torch.zeros(3)}, version=1)
+        engine.load_weights(WeightHandle(1, InMemory({**good, name: torch.zeros(3)})))
     with pytest.raises(ValueError, match=f"missing key '{name}'"):
-        engine.load_weights({k: v for k, v in good.items() if k != name}, version=1)
+        engine.load_weights(WeightHandle(1, InMemory({k: v for k, v in good.items() if k != name})))
     assert engine.policy_version == 0
     # Of tied parameters one name suffices (lm_head.weight is model.embed_tokens.weight).
-    engine.load_weights({k: v for k, v in good.items() if k != "lm_head.weight"}, version=2)
+    engine.load_weights(WeightHandle(2, InMemory({k: v for k, v in good.items() if k != "lm_head.weight"})))
     assert engine.policy_version == 2

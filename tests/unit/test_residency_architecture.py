@@ -38,7 +38,7 @@ def test_declarations_of_the_operations_that_matter():
     operations = {"trainer": public_operations(PolicyTrainer), "engine": public_operations(EmbeddedEngine)}
     expected = {
         ("trainer", "train"): NEEDS_DEVICE, ("trainer", "compute_logprobs"): NEEDS_DEVICE,
-        ("trainer", "save_checkpoint"): NEEDS_DEVICE, ("trainer", "load_checkpoint"): NEEDS_DEVICE, ("trainer", "export_hf"): NEEDS_DEVICE,
+        ("trainer", "save_state"): NEEDS_DEVICE, ("trainer", "load_state"): NEEDS_DEVICE, ("trainer", "wait_saved"): HOST_ONLY, ("trainer", "export_hf"): NEEDS_DEVICE,
         ("trainer", "weights"): HOST_ONLY, ("trainer", "sleep"): LIFECYCLE, ("trainer", "wake"): LIFECYCLE,
         ("engine", "generate"): NEEDS_DEVICE, ("engine", "load_weights"): NEEDS_DEVICE,
         ("engine", "policy_version"): HOST_ONLY,

@@ -66,15 +66,15 @@ def test_micro_batching_gives_the_full_batch_update(toy_model_dir):
 def test_train_changes_weights_returns_metrics_and_push_updates_engine(toy_model_dir):
     tok, engine, batch = _rollout(toy_model_dir)
     trainer = _trainer(toy_model_dir, steps_per_rollout=2, micro_batch_size=4)
-    before = {k: v.clone() for k, v in trainer.weights().items()}
+    before = {k: v.clone() for k, v in trainer.host_weights().items()}
     metrics = trainer.train(batch)
     assert set(metrics) >= {"loss", "pg_loss", "clip_fraction", "entropy", "grad_norm", "lr", "policy_drift_kl"}
     assert trainer.version == 1
-    assert any(not torch.equal(before[k], v) for k, v in trainer.weights().items())
-    engine.load_weights(trainer.weights(), trainer.version)
+    assert any(not torch.equal(before[k], v) for k, v in trainer.host_weights().items())
+    engine.load_weights(trainer.weights())
     assert engine.policy_version == 1
     for k, v in engine.model.state_dict().items():
-        assert torch.equal(v, trainer.weights()[k]), k
+        assert torch.equal(v, trainer.host_weights()[k]), k
     # after the push the engine's logprobs are the trainer's again
     torch.testing.assert_close(trainer.compute_logprobs(batch), _rescore(engine, batch), atol=2e-5, rtol=0)
 

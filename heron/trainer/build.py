@@ -1,0 +1,57 @@
+"""Building a policy trainer from its own config sections (``TrainerSpec``): the same function
+runs in this process (local executor) and inside every trainer rank actor (Ray executor)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from heron.config.algo import AlgoConfig
+from heron.config.model import ModelConfig
+from heron.config.train import TrainConfig
+from heron.trainer.objectives import PolicyObjective
+from heron.trainer.policy_trainer import PolicyTrainer
+
+
+@dataclass(frozen=True)
+class TrainerSpec:
+    """What building a policy trainer needs, and nothing more (shipped to every rank actor)."""
+
+    model: ModelConfig
+    train: TrainConfig
+    algo: AlgoConfig
+    policy_loss: str
+    """``hooks.policy_loss`` path ('' = ``algo.loss``), loaded where the trainer is built: user code
+    referenced by a file path does not pickle by reference."""
+    total_steps: int
+    """Optimizer steps of the whole run (the LR schedule's horizon)."""
+    temperature: float
+    """``rollout.temperature``: the trainer's logprobs use the sampling temperature."""
+    seed: int
+    """``run.seed``: a rank actor seeds torch with it before building (as the driver does)."""
+
+
+def build_trainer(
+    spec: TrainerSpec,
+    parallelize: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+    trainer_cls: type[PolicyTrainer] = PolicyTrainer,
+) -> PolicyTrainer:
+    """The policy trainer; ``parallelize(model) -> model`` (data parallelism, applied from
+    outside by the cluster layer) runs before the optimizer is built."""
+    from heron.models import load_model
+    from heron.plugins.loader import load_hook
+
+    policy_loss = load_hook("policy_loss", spec.policy_loss) if spec.policy_loss else None
+    objective = PolicyObjective(spec.algo, policy_loss=policy_loss)
+    model = load_model(spec.model.path, spec.model.dtype)
+    reference = load_model(spec.model.path, spec.model.dtype) if objective.needs_reference else None
+    return trainer_cls(
+        parallelize(model) if parallelize else model,
+        spec.train,
+        objective,
+        total_steps=spec.total_steps,
+        temperature=spec.temperature,
+        reference=reference,
+    )
