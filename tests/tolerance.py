@@ -98,3 +98,17 @@ def assert_metrics_close(actual: dict, expected: dict, *, n: int, log_vocab: flo
     assert actual.keys() == expected.keys(), set(actual) ^ set(expected)
     for key, value in expected.items():
         assert_sums_close(actual[key], value, n=n, magnitude=abs(value) + log_vocab, what=key)
+
+
+def assert_logprobs_close(actual, expected, *, n: int, log_vocab: float) -> None:
+    """Log-probabilities of the same tokens computed in another summation order (a KV-cached,
+    padded or batched forward vs a full one), element by element:
+    ``|a - e| <= 2 gamma(n) (|e| + log V)``, log V the scale of the log-sum-exp over the vocabulary."""
+    actual, expected = torch.as_tensor(actual).double(), torch.as_tensor(expected).double()
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    bound = 2 * gamma(n) * (expected.abs() + log_vocab)
+    excess = (actual - expected).abs() - bound
+    assert bool((excess <= 0).all()), (
+        f"{int((excess > 0).sum())} of {excess.numel()} log-probabilities beyond 2 gamma({n}) (|e| + log V); "
+        f"largest |diff| {(actual - expected).abs().max():.3g}"
+    )

@@ -11,8 +11,9 @@ the same parameters and metrics. Tolerance: bit-exact -- both runs do the same f
 operations in the same order (1 thread per actor either way); offload copies bytes out and
 back, which is exact.
 
-Fault path: a rank that hangs in a remote sleep, and an engine that dies in a remote wake,
-each give the ``ClusterError`` naming the actor within ``cluster.call_timeout_s``.
+Fault path: a rank that hangs in a remote sleep gives the ``ClusterError`` naming it when
+``cluster.call_timeout_s`` runs out; an engine that dies in a remote wake is reported dead,
+under a call deadline only a hang reaches (no wall-clock bound: tests/tolerance.py, rule 5).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from collections import defaultdict
 
 import pytest
@@ -33,8 +33,9 @@ from heron.cluster.remote_residency import ActorResidency
 from heron.config.root import load_config
 from heron.rl_run import RLRun
 from heron.weights.wire import from_wire
+from tests.tolerance import HANG_S
 
-CALL_TIMEOUT_S = 6
+HUNG_TIMEOUT_S = 6  # the call deadline a hung rank must run into
 IN_TRANSITION = {"waking": {"asleep", "waking", "awake"}, "sleeping": {"awake", "sleeping", "asleep"}}
 
 
@@ -151,7 +152,7 @@ def _pid(actor) -> int:
 def _hung_rank_in_remote_sleep(run) -> None:
     run.c.trainer.wake()  # rank 0 awake on bundle 0: the engine's wake must put it to sleep first
     os.kill(_pid(run.c.trainer.ranks[0]), signal.SIGSTOP)  # hung: the remote sleep cannot finish
-    with pytest.raises(ClusterError, match=rf"trainer-rank-0: 'sleep \(residency\)' did not finish within {CALL_TIMEOUT_S}s"):
+    with pytest.raises(ClusterError, match=rf"trainer-rank-0: 'sleep \(residency\)' did not finish within {HUNG_TIMEOUT_S}s"):
         run.generate(0)
     assert run.c.trainer.residency_state.value == "failed"
 
@@ -165,16 +166,18 @@ def _engine_dies_in_remote_wake(run) -> None:
     assert run.c.engine.residency_state.value == "failed"
 
 
-@pytest.mark.parametrize("fault", [_hung_rank_in_remote_sleep, _engine_dies_in_remote_wake], ids=["hung-sleep", "dead-wake"])
-def test_dead_or_hung_actor_in_a_remote_sleep_or_wake_is_named(ray_session, toy_model_dir, toy_data_path, tmp_path, fault):
+@pytest.mark.parametrize(
+    "fault, call_timeout_s",
+    [(_hung_rank_in_remote_sleep, HUNG_TIMEOUT_S), (_engine_dies_in_remote_wake, HANG_S)], ids=["hung-sleep", "dead-wake"],
+)
+def test_dead_or_hung_actor_in_a_remote_sleep_or_wake_is_named(
+    ray_session, toy_model_dir, toy_data_path, tmp_path, fault, call_timeout_s
+):
     cfg = _config(toy_model_dir, toy_data_path, tmp_path, "colocate=true", "checkpoint.enabled=false",
-                  f"cluster.call_timeout_s={CALL_TIMEOUT_S}")
+                  f"cluster.call_timeout_s={call_timeout_s}")
     with RLRun(cfg) as run:
         actors = list(run.c.executor.actors)
-        start = time.monotonic()
         fault(run)
-        elapsed = time.monotonic() - start
-    assert elapsed < CALL_TIMEOUT_S + 3, f"the fault took {elapsed:.1f}s to surface"
     for actor in actors:  # the run's exit stopped every actor, also the hung one
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(actor.handle.pid.remote(), timeout=30)

@@ -3,8 +3,6 @@ evaluates through the engine actor, and leaves no Ray behind -- also when interr
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import ray
 
@@ -59,10 +57,8 @@ def test_cli_exits_nonzero_naming_the_problem_and_stops_ray(no_ray, toy_model_di
         f"model.path={toy_model_dir}", f"data.path={toy_data_path}", "eval.path=", f"run.dir={tmp_path}",
         "cluster.backend=ray", "cluster.cpus_per_bundle=4", "cluster.startup_timeout_s=3", "tracking.progress=false", "checkpoint.enabled=false",
     ]
-    start = time.monotonic()
     status = main(["train", *overrides])
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert status == 1
     assert err.startswith("heron: cluster error: placement group of 2 bundles x {'CPU': 4.0} was not ready within 3s")
-    assert time.monotonic() - start < 60
     assert not ray.is_initialized()

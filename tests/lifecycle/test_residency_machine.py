@@ -31,6 +31,7 @@ from heron.checkpoint.writer import CheckpointWriter
 from heron.evaluator import Evaluator
 from heron.records import GenerationRequest, SamplingParams
 from heron.residency import ReleasedMemoryError, State
+from tests.soak import trials
 
 COMPONENTS = st.sampled_from(["trainer", "engine"])
 
@@ -183,5 +184,6 @@ def test_random_operation_sequences(toy_template, evaluator):
 
 
 @pytest.mark.slow
-def test_random_operation_sequences_long(toy_template, evaluator):
-    _run(toy_template, evaluator, max_examples=500, steps=20)
+def test_random_operation_sequences_long(micro_template, evaluator):
+    """500 sequences of 20 steps in the slow tier, 10,000 in `make soak` (on the micro model)."""
+    _run(micro_template, evaluator, max_examples=trials("machine", slow=500, soak=10_000), steps=20)
