@@ -39,7 +39,7 @@ test-portability: $(STAMP)
 # Long soak (not in any other tier): 10,000 random residency sequences, 50 SIGKILLed
 # training runs resumed and compared bit for bit, 50 kills per save mode of a checkpoint writer.
 soak: $(STAMP)
-	HERON_SOAK=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider -m slow -o timeout=0 \
+	OMP_NUM_THREADS=1 HERON_SOAK=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider -m slow -o timeout=0 --durations=0 \
 	  tests/lifecycle/test_residency_machine.py::test_random_operation_sequences_long \
 	  tests/integration/test_checkpoint_resume.py::test_sigkilled_training_resumes_exactly_with_load_auto \
 	  tests/integration/test_checkpoint_crash.py::test_sigkill_during_saves_many_trials
