@@ -33,6 +33,7 @@ def _heron(*args: str, modules_out: Path | None = None) -> tuple[subprocess.Comp
     return proc, modules
 
 
+@pytest.mark.portability
 @pytest.mark.parametrize(
     "override, message",
     [

@@ -25,13 +25,13 @@ from heron.records import Sample
 from heron.rl_run import RLRun
 from heron.trainer.batch import collate
 from heron.weights.wire import from_wire
-from tests.tolerance import assert_updates_close, reduction_length
+from tests.tolerance import RAY_START, assert_updates_close, reduction_length
 
 STEPS_PER_ROLLOUT = 2
 
 
 def _config(toy_model_dir, tmp_path, world_size):
-    cluster = ["cluster.backend=ray", "cluster.cpus_per_bundle=0.5", "colocate=true"] if world_size > 1 else []
+    cluster = ["cluster.backend=ray", "cluster.cpus_per_bundle=0.5", "colocate=true", RAY_START] if world_size > 1 else []
     return load_config(None, [
         f"model.path={toy_model_dir}", "data.path=unused.jsonl", f"run.dir={tmp_path}",
         "rollout.num_rollouts=2", "rollout.batch_size=4", "rollout.samples_per_prompt=2",
@@ -90,6 +90,7 @@ def _assert_trained_alike(weights, uninterrupted, toy_model_dir):
     assert_updates_close(weights, uninterrupted["after_1"], initial, n=_n(toy_model_dir), steps=2 * STEPS_PER_ROLLOUT)
 
 
+@pytest.mark.portability
 def test_two_ranks_to_one(ray_session, toy_model_dir, tmp_path, uninterrupted):
     executor = RayExecutor(_config(toy_model_dir, tmp_path, 2))
     try:
@@ -107,6 +108,7 @@ def test_two_ranks_to_one(ray_session, toy_model_dir, tmp_path, uninterrupted):
     _assert_trained_alike(_weights(trainer.weights()), uninterrupted, toy_model_dir)
 
 
+@pytest.mark.portability
 def test_one_process_to_two_ranks(ray_session, toy_model_dir, tmp_path, uninterrupted):
     trainer = build_policy_trainer(_config(toy_model_dir, tmp_path, 1))
     trainer.train(_batch(0))
@@ -131,7 +133,7 @@ def test_one_process_to_two_ranks(ray_session, toy_model_dir, tmp_path, uninterr
 # --- run-level checkpoints (heron.checkpoint) on the Ray backend -------------------------------
 
 def _run_config(toy_model_dir, toy_data_path, run_dir, world_size, num_rollouts):
-    cluster = ["cluster.backend=ray", "cluster.cpus_per_bundle=0.5", "colocate=false"] if world_size > 1 else []
+    cluster = ["cluster.backend=ray", "cluster.cpus_per_bundle=0.5", "colocate=false", RAY_START] if world_size > 1 else []
     return load_config(None, [
         f"model.path={toy_model_dir}", f"data.path={toy_data_path}", "eval.path=", f"run.dir={run_dir}",
         f"rollout.num_rollouts={num_rollouts}", "rollout.batch_size=2", "rollout.samples_per_prompt=2",

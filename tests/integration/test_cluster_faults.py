@@ -22,9 +22,11 @@ from heron.components import build_policy_trainer
 from heron.config.base import to_dict
 from heron.config.root import load_config
 from heron.rl_run import RLRun
-from tests.tolerance import HANG_S
+from tests.tolerance import HANG_S, RAY_START
 
 HUNG_TIMEOUT_S = 6  # the call deadline a hung actor must run into
+
+pytestmark = pytest.mark.portability
 
 
 def _config(toy_model_dir, toy_data_path, tmp_path, *extra, call_timeout_s=HANG_S):
@@ -33,18 +35,18 @@ def _config(toy_model_dir, toy_data_path, tmp_path, *extra, call_timeout_s=HANG_
         "rollout.num_rollouts=2", "rollout.batch_size=2", "rollout.samples_per_prompt=2", "rollout.max_new_tokens=4",
         "train.micro_batch_size=2", "tracking.progress=false", "checkpoint.enabled=false", "tracking.summary=false",
         "cluster.backend=ray", "cluster.cpus_per_bundle=0.5", f"cluster.call_timeout_s={call_timeout_s}",
-        f"cluster.startup_timeout_s={HANG_S}", *extra,
+        RAY_START, *extra,
     ])
 
 
 def _pid(actor_ref) -> int:
-    return ray.get(actor_ref.handle.pid.remote(), timeout=30)
+    return ray.get(actor_ref.handle.pid.remote(), timeout=HANG_S)
 
 
 def _assert_all_gone(actors) -> None:
     for actor in actors:
         with pytest.raises(ray.exceptions.RayActorError):
-            ray.get(actor.handle.pid.remote(), timeout=30)
+            ray.get(actor.handle.pid.remote(), timeout=HANG_S)
 
 
 def test_engine_killed_mid_rollout_names_it_and_the_last_checkpoint_loads(

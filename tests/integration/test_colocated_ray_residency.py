@@ -33,7 +33,7 @@ from heron.cluster.remote_residency import ActorResidency
 from heron.config.root import load_config
 from heron.rl_run import RLRun
 from heron.weights.wire import from_wire
-from tests.tolerance import HANG_S
+from tests.tolerance import HANG_S, RAY_START
 
 HUNG_TIMEOUT_S = 6  # the call deadline a hung rank must run into
 IN_TRANSITION = {"waking": {"asleep", "waking", "awake"}, "sleeping": {"awake", "sleeping", "asleep"}}
@@ -45,7 +45,7 @@ def _config(toy_model_dir, toy_data_path, tmp_path, *extra):
         "eval.interval=1", "eval.max_prompts=2", f"run.dir={tmp_path}", "rollout.num_rollouts=2", "rollout.batch_size=4",
         "rollout.samples_per_prompt=2", "rollout.max_new_tokens=8", "train.steps_per_rollout=2",
         "train.micro_batch_size=1", "train.lr=1e-3", "tracking.progress=false", "tracking.summary=false",
-        "checkpoint.interval=1", "cluster.backend=ray", "cluster.cpus_per_bundle=0.5", *extra,
+        "checkpoint.interval=1", "cluster.backend=ray", RAY_START, "cluster.cpus_per_bundle=0.5", *extra,
     ])
 
 
@@ -85,7 +85,7 @@ def transitions(monkeypatch):
         original(self, during, after, action)
         members = self.coordinator.members
         actors = [m.backend.actor for m in members]
-        real = wait_all([(a, a.submit_host("residency_state")) for a in actors], "residency_state", 30)
+        real = wait_all([(a, a.submit_host("residency_state")) for a in actors], "residency_state", HANG_S)
         awake = defaultdict(list)
         for member, state in zip(members, real):
             # a set wakes its actors concurrently: a proxy still in transition may already have
@@ -146,7 +146,7 @@ def test_colocated_actors_take_turns_and_match_disaggregated(ray_session, toy_mo
 
 
 def _pid(actor) -> int:
-    return ray.get(actor.handle.pid.remote(), timeout=30)
+    return ray.get(actor.handle.pid.remote(), timeout=HANG_S)
 
 
 def _hung_rank_in_remote_sleep(run) -> None:
@@ -166,6 +166,7 @@ def _engine_dies_in_remote_wake(run) -> None:
     assert run.c.engine.residency_state.value == "failed"
 
 
+@pytest.mark.portability
 @pytest.mark.parametrize(
     "fault, call_timeout_s",
     [(_hung_rank_in_remote_sleep, HUNG_TIMEOUT_S), (_engine_dies_in_remote_wake, HANG_S)], ids=["hung-sleep", "dead-wake"],
@@ -180,4 +181,4 @@ def test_dead_or_hung_actor_in_a_remote_sleep_or_wake_is_named(
         fault(run)
     for actor in actors:  # the run's exit stopped every actor, also the hung one
         with pytest.raises(ray.exceptions.RayActorError):
-            ray.get(actor.handle.pid.remote(), timeout=30)
+            ray.get(actor.handle.pid.remote(), timeout=HANG_S)

@@ -28,10 +28,12 @@ from heron.components import load_model
 from heron.config.root import load_config
 from heron.rl_run import RLRun
 from heron.weights.wire import from_wire
-from tests.tolerance import assert_metrics_close, assert_updates_close, reduction_length
+from tests.tolerance import RAY_START, assert_metrics_close, assert_updates_close, reduction_length
 
 NUM_ROLLOUTS = 2
 STEPS = NUM_ROLLOUTS * 2  # train.steps_per_rollout=2
+
+pytestmark = pytest.mark.portability
 
 
 def _config(toy_model_dir, toy_data_path, tmp_path, *extra):
@@ -78,7 +80,7 @@ def test_two_ranks_equal_one_process(
 ):
     local = _run(_config(toy_model_dir, toy_data_path, tmp_path / "local"))
     ray_run = _run(_config(
-        toy_model_dir, toy_data_path, tmp_path / "ray", "cluster.backend=ray", "train.world_size=2",
+        toy_model_dir, toy_data_path, tmp_path / "ray", "cluster.backend=ray", RAY_START, "train.world_size=2",
         f"train.parallel={parallel}", "cluster.cpus_per_bundle=0.5", f"colocate={colocate}",
         f"cluster.weight_transport={transport}", f"cluster.num_engines={num_engines}",
     ))

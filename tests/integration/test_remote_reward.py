@@ -106,6 +106,7 @@ def test_retries_after_5xx_but_not_after_4xx(server):
     assert sum(r["response"] == "bad" for r in server.requests) == 1
 
 
+@pytest.mark.portability
 def test_request_timeout_is_retried_then_reported(server):
     reward = RemoteReward(RemoteRewardConfig(url=server.url, timeout_s=0.3, max_retries=1, backoff_s=0.01))
     with pytest.raises(RemoteRewardError, match="failed 2 times"):
@@ -113,6 +114,7 @@ def test_request_timeout_is_retried_then_reported(server):
     assert server.wait_for_requests("slow", 2) == 2  # the timed-out request was sent again, once
 
 
+@pytest.mark.portability
 def test_concurrency_limit_and_failure_isolation_in_a_batch(server):
     cfg = RewardConfig(fn="remote", remote=RemoteRewardConfig(url=server.url, max_retries=0), max_concurrency=3, failure_value=-1.0)
     scorer = RewardScorer.from_config(cfg)

@@ -148,6 +148,7 @@ def test_host_only_weights_never_wake(make_pair, batch):
         assert torch.equal(weights[name], tensor), name
 
 
+@pytest.mark.portability
 def test_sleep_waits_for_in_flight_work(make_pair):
     pair = make_pair(colocate=True, offload=True)
     trainer = pair.trainer
@@ -171,6 +172,7 @@ def test_sleep_waits_for_in_flight_work(make_pair):
     assert trainer.residency.in_flight() == []
 
 
+@pytest.mark.portability
 def test_hold_must_be_taken_awake_and_sleep_times_out(make_pair):
     pair = make_pair(colocate=True, offload=True)
     with pytest.raises(ResidencyError, match="take the hold"):

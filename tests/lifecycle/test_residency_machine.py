@@ -179,11 +179,11 @@ def _run(template, evaluator, max_examples: int, steps: int):
     )
 
 
-def test_random_operation_sequences(toy_template, evaluator):
-    _run(toy_template, evaluator, max_examples=200, steps=6)
+def test_random_operation_sequences(micro_template, evaluator):
+    _run(micro_template, evaluator, max_examples=200, steps=6)
 
 
 @pytest.mark.slow
 def test_random_operation_sequences_long(micro_template, evaluator):
-    """500 sequences of 20 steps in the slow tier, 10,000 in `make soak` (on the micro model)."""
+    """500 sequences of 20 steps in the slow tier, 10,000 in `make soak`."""
     _run(micro_template, evaluator, max_examples=trials("machine", slow=500, soak=10_000), steps=20)

@@ -55,6 +55,7 @@ async def async_flaky(prompt, response):
     return 1.0 if response == prompt.label else 0.0
 
 
+@pytest.mark.portability
 @pytest.mark.parametrize("fn", [flaky, async_flaky])
 def test_penalize_isolates_failures_and_names_the_sample(fn, caplog):
     cfg = RewardConfig(fn="x:y", on_error="penalize", failure_value=-1.0, timeout_s=TIMEOUT_S, max_concurrency=4)
@@ -105,6 +106,7 @@ def test_batch_scope_is_one_call_over_all_samples():
     assert [s.reward for s in batch.samples] == [1.0, 2.0, 3.0]
 
 
+@pytest.mark.portability
 def test_max_concurrency_bounds_calls_in_flight():
     probe = ConcurrencyProbe(expected=3, total=12)
 
