@@ -154,21 +154,27 @@ def test_sleep_waits_for_in_flight_work(make_pair):
     trainer = pair.trainer
     trainer.wake()
     hold = trainer.residency.hold("staging")
-    events = []
+    waking, events = threading.Event(), []
 
     def stage():
-        time.sleep(0.3)  # a head start for a sleep that would not wait; never needed to pass
-        float(sum(p.detach().sum() for p in trainer.model.parameters()))  # reads while held
-        events.append("read and released")
+        waking.wait()
+        # room for a sleep that does not wait to show itself; never needed to pass (the state
+        # is read without the residency lock, which the waiting sleep holds)
+        deadline = time.monotonic() + 2.0
+        while trainer.residency.state is State.AWAKE and time.monotonic() < deadline:
+            time.sleep(0.01)
+        events.append(("held", trainer.residency.state))
+        if trainer.residency.state is State.AWAKE:
+            float(sum(p.detach().sum() for p in trainer.model.parameters()))  # reads while held
         hold.release()
 
     worker = threading.Thread(target=stage)
     worker.start()
+    waking.set()
     pair.engine.wake()  # puts the trainer to sleep: must wait for the hold
-    events.append("engine awake")
+    events.append(("engine awake", trainer.residency_state))
     worker.join()
-    assert events == ["read and released", "engine awake"]  # ordered by the hold, not by the clock
-    assert trainer.residency_state is State.ASLEEP
+    assert events == [("held", State.AWAKE), ("engine awake", State.ASLEEP)]  # ordered by the hold
     assert trainer.residency.in_flight() == []
 
 
