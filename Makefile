@@ -8,7 +8,7 @@ export OMP_NUM_THREADS ?= 2
 export RAY_AUTH_MODE ?= disabled
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: demo test test-slow bench venv clean
+.PHONY: demo test test-slow test-portability soak bench venv clean
 
 venv: $(STAMP)
 
@@ -27,6 +27,22 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m slow
+
+# The numerics- and timing-sensitive tests on PyTorch's portable and AVX2 CPU kernels, then
+# with every core kept busy (tests/busy_load.py).
+PORTABLE := $(BIN)/python -m pytest -q -p no:cacheprovider -m "portability and not slow"
+test-portability: $(STAMP)
+	ATEN_CPU_CAPABILITY=default $(PORTABLE)
+	ATEN_CPU_CAPABILITY=avx2 $(PORTABLE)
+	$(BIN)/python tests/busy_load.py -- $(PORTABLE)
+
+# Long soak (not in any other tier): 10,000 random residency sequences, 50 SIGKILLed
+# training runs resumed and compared bit for bit, 50 kills per save mode of a checkpoint writer.
+soak: $(STAMP)
+	OMP_NUM_THREADS=1 HERON_SOAK=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider -m slow -o timeout=0 --durations=0 \
+	  tests/lifecycle/test_residency_machine.py::test_random_operation_sequences_long \
+	  tests/integration/test_checkpoint_resume.py::test_sigkilled_training_resumes_exactly_with_load_auto \
+	  tests/integration/test_checkpoint_crash.py::test_sigkill_during_saves_many_trials
 
 bench: $(STAMP)
 	for b in bench/engine.py bench/residency.py bench/checkpoint.py bench/async.py bench/colocated_ray.py; do $(BIN)/python $$b || exit 1; done

@@ -4,11 +4,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.tolerance import HANG_S
+
 HERON = [sys.executable, "-m", "heron.cli"]
 
 
 def _run(*args, cwd=None):
-    return subprocess.run([*HERON, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+    return subprocess.run([*HERON, *args], capture_output=True, text=True, cwd=cwd, timeout=HANG_S)
 
 
 def test_bad_config_key_exits_2_with_one_line_before_anything_runs(tmp_path):

@@ -9,12 +9,15 @@ held-out accuracy.)
 
 import json
 
+import pytest
+
 from heron.config.root import load_config
 from heron.loop import train
 from heron.sft import run_sft
 from heron.toy.demo_assets import create_demo_assets
 
 
+@pytest.mark.portability
 def test_sft_then_rl_raises_the_reward(tmp_path):
     assets = create_demo_assets(tmp_path / "assets", max_digits=1, num_train=60)
     common = [
@@ -31,7 +34,10 @@ def test_sft_then_rl_raises_the_reward(tmp_path):
     evals = [json.loads(line) for line in open(run_dir / "eval.jsonl")]
     assert [e["rollout_id"] for e in evals] == [-1, 11]
     print("rewards", rewards, "evals", evals)
-    # rollout 0 samples from the SFT model; the last rollouts from the RL-trained policy
+    # rollout 0 samples from the SFT model; the last rollouts from the RL-trained policy. Float
+    # noise gives each machine its own trajectory: a rollout's mean of 64 0/1 rewards has a
+    # standard error <= 0.0625, the difference below <= 0.07; measured improvements of ~0.6
+    # (AVX2 and portable kernels: 0.18 -> 0.82) put the 0.2 threshold > 5 standard errors away.
     assert sum(rewards[-4:]) / 4 > rewards[0] + 0.2, rewards
     # what the user gets: one metrics record per rollout, the plot, the config
     lines = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]

@@ -12,6 +12,7 @@ from heron.config.root import load_config
 from heron.loop import train
 from heron.sft import run_sft
 from heron.toy.demo_assets import create_demo_assets
+from tests.tolerance import RAY_START
 
 
 @pytest.mark.slow
@@ -27,7 +28,7 @@ def test_async_reaches_sync_accuracy(ray_session, tmp_path):
     reward, accuracy = {}, {}
     for mode in ("sync", "async"):
         records = train(load_config(None, [
-            *common, f"run.dir={tmp_path / mode}", f"model.path={sft_model}", "cluster.backend=ray",
+            *common, f"run.dir={tmp_path / mode}", f"model.path={sft_model}", "cluster.backend=ray", RAY_START,
             "cluster.cpus_per_bundle=1", "colocate=false", f"loop.mode={mode}",
         ]))
         rewards = [r["reward/mean"] for r in records]

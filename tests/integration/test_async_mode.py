@@ -11,6 +11,7 @@ from heron.config.data import DataConfig
 from heron.data.source import PromptDataSource
 from heron.loop import run_rollouts
 from heron.rl_run import RLRun
+from tests.tolerance import RAY_START
 
 
 def _config(toy_model_dir, toy_data_path, tmp_path, mode):
@@ -18,7 +19,7 @@ def _config(toy_model_dir, toy_data_path, tmp_path, mode):
         f"model.path={toy_model_dir}", f"data.path={toy_data_path}", "eval.path=", f"run.dir={tmp_path}",
         "rollout.num_rollouts=3", "rollout.batch_size=2", "rollout.samples_per_prompt=2", "rollout.max_new_tokens=4",
         "train.micro_batch_size=4", "tracking.progress=false", "checkpoint.enabled=false", "tracking.summary=false",
-        "cluster.backend=ray", "cluster.cpus_per_bundle=0.5", "colocate=false", f"loop.mode={mode}",
+        "cluster.backend=ray", RAY_START, "cluster.cpus_per_bundle=0.5", "colocate=false", f"loop.mode={mode}",
     ])
 
 

@@ -24,6 +24,7 @@ from heron.checkpoint.layout import committed, leftovers, read_latest
 from heron.checkpoint.reader import find_latest, open_checkpoint
 from heron.checkpoint.shards import ModuleShards
 from heron.checkpoint.writer import CheckpointWriter
+from tests.soak import trials
 
 CHILD = Path(__file__).with_name("_crash_saver.py")
 REPO = Path(__file__).resolve().parents[2]
@@ -78,10 +79,13 @@ def test_sigkill_during_saves_leaves_only_complete_checkpoints(tmp_path, mode):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_sigkill_during_saves_many_trials(tmp_path, mode):
+    """25 kills per mode in the slow tier, 50 in `make soak`."""
     rng = random.Random(f"slow-{mode}")
+    num_trials = trials("crash_saver", slow=25, soak=50)
     num_unfinished = 0
-    for trial in range(25):
+    for trial in range(num_trials):
         folder = tmp_path / f"trial{trial}"
         _kill_during_saves(folder, mode, rng.uniform(0.0, 1.5))
         num_unfinished += _check_consistent(folder)
-    assert num_unfinished >= 5, f"only {num_unfinished}/25 kills landed inside a save; the test lost its point"
+    print(f"{mode}: {num_unfinished}/{num_trials} kills landed inside a save")
+    assert num_unfinished >= num_trials // 5, f"only {num_unfinished}/{num_trials} kills landed inside a save; the test lost its point"

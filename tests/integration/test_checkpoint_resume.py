@@ -24,6 +24,7 @@ from heron.loop import train
 from heron.reward.builtin import BUILTIN_REWARDS
 from heron.rl_run import RLRun
 from heron.tracking.metrics_file import read_jsonl
+from tests.soak import trials
 
 NUM_ROLLOUTS, STOP_AFTER = 5, 2  # checkpoints after rollouts 1, 3, 4 (interval 2 + the last)
 
@@ -264,40 +265,65 @@ def test_ckpt_cli_list_and_inspect(straight, tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("trial", range(4))
-def test_sigkilled_training_resumes_exactly_with_load_auto(assets, tmp_path, trial):
-    """A real training process (checkpoint every rollout, async) is SIGKILLed at a random
-    moment; ``checkpoint.load=auto`` in a new process-equivalent run finishes it, and the metrics
-    equal those of the run straight through."""
+KILL_OVERRIDES = ["checkpoint.interval=1", "checkpoint.async=true", "checkpoint.hf_export=true", "eval.interval=2"]
+
+
+@pytest.fixture(scope="module")
+def straight_for_kills(assets, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("straight-kills")
+    return {"dir": run_dir, "run": _run(_config(assets, run_dir, *KILL_OVERRIDES))}
+
+
+def _train_and_kill(assets, run_dir: Path, delay_s: float) -> bool:
+    """Starts a real training process, SIGKILLs it ``delay_s`` after its first metrics row;
+    returns whether the kill left an unfinished save behind. The child uses this process's
+    thread count, so both do the same float operations in the same order (bit-exact resume)."""
     import os
-    import random
     import signal
     import subprocess
     import sys
     import time
 
-    overrides = ["checkpoint.interval=1", "checkpoint.async=true", "checkpoint.hf_export=true", "eval.interval=2"]
-    straight_dir = tmp_path / "straight"
-    _run(_config(assets, straight_dir, *overrides))
-    run_dir = tmp_path / "killed"
-    args = _cli_overrides(assets, run_dir, *overrides)
+    from heron.checkpoint.layout import leftovers
+
     repo = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
-    child = subprocess.Popen([sys.executable, str(Path(__file__).with_name("_train_child.py")), *args], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while not (run_dir / "metrics.jsonl").exists() and time.monotonic() < deadline and child.poll() is None:
-        time.sleep(0.02)
-    time.sleep(random.Random(trial).uniform(0.0, 0.8))
-    child.send_signal(signal.SIGKILL)
-    child.wait(timeout=30)
-    resumed = _run(_config(assets, run_dir, *overrides))
-    print(f"trial {trial}: resumed at rollout {resumed.start_rollout}")
-    assert 0 <= resumed.start_rollout <= NUM_ROLLOUTS
-    assert _rows(run_dir / "metrics.jsonl") == _rows(straight_dir / "metrics.jsonl")
-    assert read_jsonl(run_dir / "eval.jsonl") == read_jsonl(straight_dir / "eval.jsonl")
-    _assert_same_trainer_state(resumed.c.trainer, _run(_config(assets, straight_dir / "again", *overrides)).c.trainer)
+    env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": str(torch.get_num_threads())}
+    child = subprocess.Popen([sys.executable, str(Path(__file__).with_name("_train_child.py")),
+                              *_cli_overrides(assets, run_dir, *KILL_OVERRIDES)],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while not (run_dir / "metrics.jsonl").exists() and child.poll() is None:
+            time.sleep(0.02)  # polls for an event (the first row); the pytest timeout catches a hang
+        time.sleep(delay_s)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    folder = run_dir / "checkpoints"
+    return folder.is_dir() and bool(leftovers(folder))
+
+
+@pytest.mark.slow
+def test_sigkilled_training_resumes_exactly_with_load_auto(assets, straight_for_kills, tmp_path):
+    """A real training process (checkpoint every rollout, async) is SIGKILLed at a random
+    moment; ``checkpoint.load=auto`` in a new run finishes it, and metrics, evals and trainer
+    state equal those of the run straight through, bit for bit. 4 trials in the slow tier, 50
+    in `make soak`."""
+    import random
+
+    num_trials = trials("kill_resume", slow=4, soak=50)
+    straight = straight_for_kills
+    inside_save = 0
+    for trial in range(num_trials):
+        run_dir = tmp_path / f"killed-{trial}"
+        inside_save += _train_and_kill(assets, run_dir, random.Random(trial).uniform(0.0, 0.8))
+        resumed = _run(_config(assets, run_dir, *KILL_OVERRIDES))
+        print(f"trial {trial}: resumed at rollout {resumed.start_rollout}")
+        assert 0 <= resumed.start_rollout <= NUM_ROLLOUTS
+        assert _rows(run_dir / "metrics.jsonl") == _rows(straight["dir"] / "metrics.jsonl"), trial
+        assert read_jsonl(run_dir / "eval.jsonl") == read_jsonl(straight["dir"] / "eval.jsonl"), trial
+        _assert_same_trainer_state(resumed.c.trainer, straight["run"].c.trainer)
+        shutil.rmtree(run_dir)
+    print(f"{inside_save}/{num_trials} kills landed inside an unfinished save")
 
 
 def _cli_overrides(assets, run_dir: Path, *overrides: str) -> list[str]:

@@ -1,13 +1,17 @@
 """Faults on a real Ray cluster: a hung or killed engine actor, a killed trainer rank, and a
-placement group the cluster cannot hold. Each must fail fast with an error naming the actor
-(or the sizes), and leave no actor behind."""
+placement group the cluster cannot hold. Each must fail with an error naming the actor (or the
+sizes), and leave no actor behind.
+
+No wall-clock bounds (tests/tolerance.py, rule 5): a hung actor must time out after
+``cluster.call_timeout_s`` (short, so the test waits little); a dead one must be reported as
+dead, which with a call deadline only a hang reaches (``HANG_S``) proves it surfaced before
+any deadline, however loaded the machine."""
 
 from __future__ import annotations
 
 import os
 import signal
 import threading
-import time
 
 import pytest
 import ray
@@ -19,28 +23,31 @@ from heron.trainer.build import build_trainer
 from heron.config.base import to_dict
 from heron.config.root import load_config
 from heron.rl_run import RLRun
+from tests.tolerance import HANG_S, RAY_START
 
-CALL_TIMEOUT_S = 6
+HUNG_TIMEOUT_S = 6  # the call deadline a hung actor must run into
+
+pytestmark = pytest.mark.portability
 
 
-def _config(toy_model_dir, toy_data_path, tmp_path, *extra):
+def _config(toy_model_dir, toy_data_path, tmp_path, *extra, call_timeout_s=HANG_S):
     return load_config(None, [
         f"model.path={toy_model_dir}", f"data.path={toy_data_path}", "eval.path=", f"run.dir={tmp_path}",
         "rollout.num_rollouts=2", "rollout.batch_size=2", "rollout.samples_per_prompt=2", "rollout.max_new_tokens=4",
         "train.micro_batch_size=2", "tracking.progress=false", "checkpoint.enabled=false", "tracking.summary=false",
-        "cluster.backend=ray", "cluster.cpus_per_bundle=0.5", f"cluster.call_timeout_s={CALL_TIMEOUT_S}",
-        "cluster.startup_timeout_s=60", *extra,
+        "cluster.backend=ray", "cluster.cpus_per_bundle=0.5", f"cluster.call_timeout_s={call_timeout_s}",
+        RAY_START, *extra,
     ])
 
 
 def _pid(actor_ref) -> int:
-    return ray.get(actor_ref.handle.pid.remote(), timeout=30)
+    return ray.get(actor_ref.handle.pid.remote(), timeout=HANG_S)
 
 
 def _assert_all_gone(actors) -> None:
     for actor in actors:
         with pytest.raises(ray.exceptions.RayActorError):
-            ray.get(actor.handle.pid.remote(), timeout=30)
+            ray.get(actor.handle.pid.remote(), timeout=HANG_S)
 
 
 def test_engine_killed_mid_rollout_names_it_and_the_last_checkpoint_loads(
@@ -56,12 +63,7 @@ def test_engine_killed_mid_rollout_names_it_and_the_last_checkpoint_loads(
             engine_pid = _pid(run.c.engine.engines[0])
             os.kill(engine_pid, signal.SIGSTOP)  # frozen: the generate call below cannot finish
             threading.Timer(1.0, os.kill, (engine_pid, signal.SIGKILL)).start()  # dies mid-call
-            start = time.monotonic()
-            try:
-                run.generate(1)
-            finally:
-                elapsed = time.monotonic() - start
-    assert elapsed < CALL_TIMEOUT_S, f"the death took {elapsed:.1f}s to surface"
+            run.generate(1)
     _assert_all_gone(actors)
     checkpoint = find_latest(tmp_path / "checkpoints")
     assert checkpoint is not None and checkpoint.rollout_id == 0
@@ -71,8 +73,8 @@ def test_engine_killed_mid_rollout_names_it_and_the_last_checkpoint_loads(
 
 
 def test_hung_engine_times_out_naming_it(ray_session, toy_model_dir, toy_data_path, tmp_path):
-    with pytest.raises(ClusterError, match=rf"engine-0: 'generate' did not finish within {CALL_TIMEOUT_S}s"):
-        with RLRun(_config(toy_model_dir, toy_data_path, tmp_path)) as run:
+    with pytest.raises(ClusterError, match=rf"engine-0: 'generate' did not finish within {HUNG_TIMEOUT_S}s"):
+        with RLRun(_config(toy_model_dir, toy_data_path, tmp_path, call_timeout_s=HUNG_TIMEOUT_S)) as run:
             actors = list(run.c.executor.actors)
             os.kill(_pid(run.c.engine.engines[0]), signal.SIGSTOP)  # hung, not dead
             run.generate(0)

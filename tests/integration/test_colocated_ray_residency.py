@@ -11,8 +11,9 @@ the same parameters and metrics. Tolerance: bit-exact -- both runs do the same f
 operations in the same order (1 thread per actor either way); offload copies bytes out and
 back, which is exact.
 
-Fault path: a rank that hangs in a remote sleep, and an engine that dies in a remote wake,
-each give the ``ClusterError`` naming the actor within ``cluster.call_timeout_s``.
+Fault path: a rank that hangs in a remote sleep gives the ``ClusterError`` naming it when
+``cluster.call_timeout_s`` runs out; an engine that dies in a remote wake is reported dead,
+under a call deadline only a hang reaches (no wall-clock bound: tests/tolerance.py, rule 5).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from collections import defaultdict
 
 import pytest
@@ -32,8 +32,9 @@ from heron.cluster.remote_call import wait_all
 from heron.residency.state import Residency
 from heron.config.root import load_config
 from heron.rl_run import RLRun
+from tests.tolerance import HANG_S, RAY_START
 
-CALL_TIMEOUT_S = 6
+HUNG_TIMEOUT_S = 6  # the call deadline a hung rank must run into
 IN_TRANSITION = {"waking": {"asleep", "waking", "awake"}, "sleeping": {"awake", "sleeping", "asleep"}}
 
 
@@ -43,7 +44,7 @@ def _config(toy_model_dir, toy_data_path, tmp_path, *extra):
         "eval.interval=1", "eval.max_prompts=2", f"run.dir={tmp_path}", "rollout.num_rollouts=2", "rollout.batch_size=4",
         "rollout.samples_per_prompt=2", "rollout.max_new_tokens=8", "train.steps_per_rollout=2",
         "train.micro_batch_size=1", "train.lr=1e-3", "tracking.progress=false", "tracking.summary=false",
-        "checkpoint.interval=1", "cluster.backend=ray", "cluster.cpus_per_bundle=0.5", *extra,
+        "checkpoint.interval=1", "cluster.backend=ray", RAY_START, "cluster.cpus_per_bundle=0.5", *extra,
     ])
 
 
@@ -83,7 +84,7 @@ def transitions(monkeypatch):
         original(self, during, after, action)
         members = self.coordinator.members
         actors = [m.backend.actor for m in members]
-        real = wait_all([(a, a.submit_host("residency_state")) for a in actors], "residency_state", 30)
+        real = wait_all([(a, a.submit_host("residency_state")) for a in actors], "residency_state", HANG_S)
         awake = defaultdict(list)
         for member, state in zip(members, real):
             # a set wakes its actors concurrently: a proxy still in transition may already have
@@ -144,13 +145,13 @@ def test_colocated_actors_take_turns_and_match_disaggregated(ray_session, toy_mo
 
 
 def _pid(actor) -> int:
-    return ray.get(actor.handle.pid.remote(), timeout=30)
+    return ray.get(actor.handle.pid.remote(), timeout=HANG_S)
 
 
 def _hung_rank_in_remote_sleep(run) -> None:
     run.c.trainer.wake()  # rank 0 awake on bundle 0: the engine's wake must put it to sleep first
     os.kill(_pid(run.c.trainer.ranks[0]), signal.SIGSTOP)  # hung: the remote sleep cannot finish
-    with pytest.raises(ClusterError, match=rf"trainer-rank-0: 'sleep \(residency\)' did not finish within {CALL_TIMEOUT_S}s"):
+    with pytest.raises(ClusterError, match=rf"trainer-rank-0: 'sleep \(residency\)' did not finish within {HUNG_TIMEOUT_S}s"):
         run.generate(0)
     assert run.c.trainer.residency_state.value == "failed"
 
@@ -164,16 +165,19 @@ def _engine_dies_in_remote_wake(run) -> None:
     assert run.c.engine.residency_state.value == "failed"
 
 
-@pytest.mark.parametrize("fault", [_hung_rank_in_remote_sleep, _engine_dies_in_remote_wake], ids=["hung-sleep", "dead-wake"])
-def test_dead_or_hung_actor_in_a_remote_sleep_or_wake_is_named(ray_session, toy_model_dir, toy_data_path, tmp_path, fault):
+@pytest.mark.portability
+@pytest.mark.parametrize(
+    "fault, call_timeout_s",
+    [(_hung_rank_in_remote_sleep, HUNG_TIMEOUT_S), (_engine_dies_in_remote_wake, HANG_S)], ids=["hung-sleep", "dead-wake"],
+)
+def test_dead_or_hung_actor_in_a_remote_sleep_or_wake_is_named(
+    ray_session, toy_model_dir, toy_data_path, tmp_path, fault, call_timeout_s
+):
     cfg = _config(toy_model_dir, toy_data_path, tmp_path, "colocate=true", "checkpoint.enabled=false",
-                  f"cluster.call_timeout_s={CALL_TIMEOUT_S}")
+                  f"cluster.call_timeout_s={call_timeout_s}")
     with RLRun(cfg) as run:
         actors = list(run.c.executor.actors)
-        start = time.monotonic()
         fault(run)
-        elapsed = time.monotonic() - start
-    assert elapsed < CALL_TIMEOUT_S + 3, f"the fault took {elapsed:.1f}s to surface"
     for actor in actors:  # the run's exit stopped every actor, also the hung one
         with pytest.raises(ray.exceptions.RayActorError):
-            ray.get(actor.handle.pid.remote(), timeout=30)
+            ray.get(actor.handle.pid.remote(), timeout=HANG_S)

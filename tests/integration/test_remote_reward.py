@@ -2,9 +2,9 @@
 the request body, retries after 5xx, no retry on 4xx, timeouts, the concurrency limit, and a
 dead server isolated per sample."""
 
+import contextlib
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -13,16 +13,20 @@ from heron.config.reward import RemoteRewardConfig, RewardConfig
 from heron.records import Prompt
 from heron.reward.remote import RemoteReward, RemoteRewardError
 from heron.reward.scorer import RewardScorer
+from tests.concurrency_probe import ConcurrencyProbe
+from tests.tolerance import HANG_S
 
 
 class RewardServer:
     """Scores {"response"} == {"label"} as 1.0; behaviour per response text:
-    "fail-once" -> HTTP 503 on its first request; "bad" -> HTTP 400; "slow" -> sleeps 1 s."""
+    "fail-once" -> HTTP 503 on its first request; "bad" -> HTTP 400; "slow" -> no answer until
+    ``release`` is set. ``probe`` (if set) counts the requests in flight."""
 
     def __init__(self):
         self.requests: list[dict] = []
-        self.in_flight = self.max_in_flight = 0
-        self.lock = threading.Lock()
+        self.probe: ConcurrencyProbe | None = None
+        self.release = threading.Event()
+        self.lock = threading.Condition()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -30,22 +34,17 @@ class RewardServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with server.lock:
                     server.requests.append(body)
-                    server.in_flight += 1
-                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                    server.lock.notify_all()
                     seen = sum(r["response"] == body["response"] for r in server.requests)
-                try:
+                # counted out before answering: once the client has the answer it may send the
+                # next request, which must not overlap this one in the count
+                with server.probe or contextlib.nullcontext():
                     code, payload = self._decide(body, seen)
-                finally:
-                    # counted out before answering: once the client has the answer it may send
-                    # the next request, which must not overlap this one in the count
-                    with server.lock:
-                        server.in_flight -= 1
                 self._answer(code, payload)
 
             def _decide(self, body, seen):
-                time.sleep(0.1)
                 if body["response"] == "slow":
-                    time.sleep(1.0)
+                    server.release.wait(HANG_S)
                 if body["response"] == "fail-once" and seen == 1:
                     return 503, b"busy"
                 if body["response"] == "bad":
@@ -67,7 +66,17 @@ class RewardServer:
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
+    def wait_for_requests(self, response: str, count: int) -> int:
+        """Waits (at most HANG_S) until ``count`` requests for ``response`` arrived; returns how many did."""
+        with self.lock:
+            self.lock.wait_for(lambda: self.count(response) >= count, HANG_S)
+            return self.count(response)
+
+    def count(self, response: str) -> int:
+        return sum(r["response"] == response for r in self.requests)
+
     def close(self):
+        self.release.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -97,23 +106,26 @@ def test_retries_after_5xx_but_not_after_4xx(server):
     assert sum(r["response"] == "bad" for r in server.requests) == 1
 
 
+@pytest.mark.portability
 def test_request_timeout_is_retried_then_reported(server):
     reward = RemoteReward(RemoteRewardConfig(url=server.url, timeout_s=0.3, max_retries=1, backoff_s=0.01))
-    start = time.perf_counter()
     with pytest.raises(RemoteRewardError, match="failed 2 times"):
-        reward(PROMPT, "slow")
-    assert time.perf_counter() - start < 3.0  # two 0.3 s timeouts, not two 1 s answers
+        reward(PROMPT, "slow")  # the server never answers: only the client's timeout ends each try
+    assert server.wait_for_requests("slow", 2) == 2  # the timed-out request was sent again, once
 
 
+@pytest.mark.portability
 def test_concurrency_limit_and_failure_isolation_in_a_batch(server):
     cfg = RewardConfig(fn="remote", remote=RemoteRewardConfig(url=server.url, max_retries=0), max_concurrency=3, failure_value=-1.0)
     scorer = RewardScorer.from_config(cfg)
+    server.probe = ConcurrencyProbe(expected=3, total=10)
     prompts = [PROMPT] * 10
     responses = ["2"] * 4 + ["bad"] + ["3"] * 5
     rewards = scorer.score_responses(prompts, responses, [f"s{i}" for i in range(10)])
     assert rewards == [1.0] * 4 + [-1.0] + [0.0] * 5
     assert scorer.num_errors == 1
-    assert server.max_in_flight == 3
+    assert not server.probe.timed_out, "fewer than 3 requests were ever in flight at once"
+    assert server.probe.max_in_flight == 3
 
 
 def test_dead_server_is_a_per_sample_failure():

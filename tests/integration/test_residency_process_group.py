@@ -15,6 +15,7 @@ from heron.residency.backend import select_backend
 from heron.residency.process_group import ManagedProcessGroup
 from heron.residency.state import Holdings, Residency
 from heron.residency.wiring import TRAINER_GROUP
+from tests.tolerance import HANG_S
 
 
 @pytest.fixture
@@ -92,9 +93,9 @@ def test_two_ranks_release_and_recreate_their_group_in_lockstep(tmp_path):
     procs = [ctx.Process(target=_rank_main, args=(r, 2, str(tmp_path / "store"), results)) for r in range(2)]
     for p in procs:
         p.start()
-    outputs = dict(results.get(timeout=120) for _ in procs)
+    outputs = dict(results.get(timeout=HANG_S) for _ in procs)
     for p in procs:
-        p.join(timeout=60)
+        p.join(timeout=HANG_S)
         assert p.exitcode == 0
     expected = [[float(1 + 2 * c)] * 2 for c in range(3)]  # rank0 c + rank1 (1 + c)
     assert outputs == {0: expected, 1: expected}

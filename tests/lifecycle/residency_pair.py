@@ -15,6 +15,7 @@ from heron.rollout.embedded import EmbeddedEngine
 from heron.trainer.batch import TrainBatch
 from heron.trainer.objectives import PolicyObjective
 from heron.trainer.policy_trainer import PolicyTrainer
+from tests.tolerance import HANG_S
 
 
 class Pair:
@@ -29,7 +30,7 @@ class Pair:
             copy.deepcopy(template).eval().requires_grad_(False), pad_token_id=template.config.pad_token_id
         )
         self.coordinator: Coordinator = attach_residency(
-            self.trainer, self.engine, ResidencySettings(colocate, offload, offload, wait_timeout_s=30.0)
+            self.trainer, self.engine, ResidencySettings(colocate, offload, offload, wait_timeout_s=HANG_S)
         )
 
     @property

@@ -148,28 +148,37 @@ def test_host_only_weights_never_wake(make_pair, batch):
         assert torch.equal(handle.tensors()[name], tensor), name
 
 
+@pytest.mark.portability
 def test_sleep_waits_for_in_flight_work(make_pair):
     pair = make_pair(colocate=True, offload=True)
     trainer = pair.trainer
     trainer.wake()
     hold = trainer.residency.hold("staging")
-    seen = {}
+    waking, events = threading.Event(), []
 
     def stage():
-        time.sleep(0.3)
-        seen["sum"] = float(sum(p.detach().sum() for p in trainer.model.parameters()))  # reads while held
+        waking.wait()
+        # room for a sleep that does not wait to show itself; never needed to pass (the state
+        # is read without the residency lock, which the waiting sleep holds)
+        deadline = time.monotonic() + 2.0
+        while trainer.residency.state is State.AWAKE and time.monotonic() < deadline:
+            time.sleep(0.01)
+        events.append(("held", trainer.residency.state))
+        if trainer.residency.state is State.AWAKE:
+            float(sum(p.detach().sum() for p in trainer.model.parameters()))  # reads while held
         hold.release()
 
     worker = threading.Thread(target=stage)
-    start = time.perf_counter()
     worker.start()
+    waking.set()
     pair.engine.wake()  # puts the trainer to sleep: must wait for the hold
+    events.append(("engine awake", trainer.residency_state))
     worker.join()
-    assert time.perf_counter() - start >= 0.3
-    assert "sum" in seen and trainer.residency_state is State.ASLEEP
+    assert events == [("held", State.AWAKE), ("engine awake", State.ASLEEP)]  # ordered by the hold
     assert trainer.residency.in_flight() == []
 
 
+@pytest.mark.portability
 def test_hold_must_be_taken_awake_and_sleep_times_out(make_pair):
     pair = make_pair(colocate=True, offload=True)
     with pytest.raises(ResidencyError, match="take the hold"):

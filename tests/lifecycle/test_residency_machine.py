@@ -31,6 +31,7 @@ from heron.checkpoint.writer import CheckpointWriter
 from heron.evaluator import Evaluator
 from heron.records import GenerationRequest, SamplingParams
 from heron.residency import ReleasedMemoryError, State
+from tests.soak import trials
 
 COMPONENTS = st.sampled_from(["trainer", "engine"])
 
@@ -178,10 +179,11 @@ def _run(template, evaluator, max_examples: int, steps: int):
     )
 
 
-def test_random_operation_sequences(toy_template, evaluator):
-    _run(toy_template, evaluator, max_examples=200, steps=6)
+def test_random_operation_sequences(micro_template, evaluator):
+    _run(micro_template, evaluator, max_examples=200, steps=6)
 
 
 @pytest.mark.slow
-def test_random_operation_sequences_long(toy_template, evaluator):
-    _run(toy_template, evaluator, max_examples=500, steps=20)
+def test_random_operation_sequences_long(micro_template, evaluator):
+    """500 sequences of 20 steps in the slow tier, 10,000 in `make soak`."""
+    _run(micro_template, evaluator, max_examples=trials("machine", slow=500, soak=10_000), steps=20)

@@ -7,6 +7,8 @@ import torch
 
 from heron.algo.advantages import ADVANTAGE_ESTIMATORS, grpo_advantages
 
+pytestmark = pytest.mark.portability  # float32 results against hand-worked numbers
+
 
 def test_grpo_binary_group():
     # mean 0.5; unbiased var = 4 * 0.25 / 3 = 1/3; A = +-0.5 / sqrt(1/3) = +-0.866025

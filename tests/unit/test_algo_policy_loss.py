@@ -10,6 +10,8 @@ import torch
 
 from heron.algo.policy_loss import POLICY_LOSSES, ppo_clip_loss
 
+pytestmark = pytest.mark.portability  # float32 results against hand-worked numbers
+
 
 def _logprobs(ratios: list[list[float]]) -> torch.Tensor:
     return torch.log(torch.tensor(ratios)).requires_grad_()

@@ -13,6 +13,14 @@ import pytest
 from heron.config.reward import RewardConfig
 from heron.records import Group, Prompt, RolloutBatch, Sample
 from heron.reward.scorer import RewardError, RewardScorer
+from tests.concurrency_probe import ConcurrencyProbe
+from tests.tolerance import HANG_S
+
+# The deadline of a reward call in these tests: a trivial call must finish well within it on a
+# loaded machine (scheduling delays of ~10 runnable processes on 2 cores are ~0.25 s), and a
+# hanging call costs the test this long.
+TIMEOUT_S = 2.0
+RELEASE = threading.Event()  # a "hang" call blocks until the test has its result and sets this
 
 
 def _batch(responses_per_prompt: list[list[str]]) -> RolloutBatch:
@@ -31,7 +39,8 @@ def flaky(prompt, response):
     if response == "boom":
         raise ZeroDivisionError("bad sample")
     if response == "hang":
-        time.sleep(2.0)
+        RELEASE.wait(HANG_S)  # returns 1.0 (a wrong answer below) only if the scorer waited for it
+        return 1.0
     if response == "nan":
         return float("nan")
     return 1.0 if response == prompt.label else 0.0
@@ -39,27 +48,30 @@ def flaky(prompt, response):
 
 async def async_flaky(prompt, response):
     if response == "hang":
-        await asyncio.sleep(2.0)
+        await asyncio.sleep(HANG_S)  # cancelled by the scorer's timeout
+        return 1.0
     if response == "boom":
         raise ZeroDivisionError("bad sample")
     return 1.0 if response == prompt.label else 0.0
 
 
+@pytest.mark.portability
 @pytest.mark.parametrize("fn", [flaky, async_flaky])
 def test_penalize_isolates_failures_and_names_the_sample(fn, caplog):
-    cfg = RewardConfig(fn="x:y", on_error="penalize", failure_value=-1.0, timeout_s=0.3, max_concurrency=4)
+    cfg = RewardConfig(fn="x:y", on_error="penalize", failure_value=-1.0, timeout_s=TIMEOUT_S, max_concurrency=4)
     batch = _batch([["ok", "boom", "no"], ["hang", "ok", "nan" if fn is flaky else "ok"]])
-    start = time.perf_counter()
-    with caplog.at_level(logging.WARNING, logger="heron.reward"):
-        rewards = [s.reward for s in RewardScorer(fn, cfg).score(batch).samples]
-    assert time.perf_counter() - start < 1.5  # the hanging call did not hold the run
+    scorer = RewardScorer(fn, cfg)
+    RELEASE.clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="heron.reward"):
+            rewards = [s.reward for s in scorer.score(batch).samples]  # while the hanging call still hangs
+    finally:
+        RELEASE.set()
     expected_nan = -1.0 if fn is flaky else 1.0
     assert rewards == [1.0, -1.0, 0.0, -1.0, 1.0, expected_nan]
     scorer_errors = 3 if fn is flaky else 2
     assert "r4/p0/s1" in caplog.text and "ZeroDivisionError: bad sample" in caplog.text
     assert "r4/p1/s0" in caplog.text and "TimeoutError" in caplog.text
-    scorer = RewardScorer(fn, cfg)
-    scorer.score(batch)
     assert scorer.metrics() == {"reward/num_errors": float(scorer_errors)}
 
 
@@ -94,20 +106,17 @@ def test_batch_scope_is_one_call_over_all_samples():
     assert [s.reward for s in batch.samples] == [1.0, 2.0, 3.0]
 
 
+@pytest.mark.portability
 def test_max_concurrency_bounds_calls_in_flight():
-    lock, state = threading.Lock(), {"now": 0, "max": 0}
+    probe = ConcurrencyProbe(expected=3, total=12)
 
     def slow(prompt, response):
-        with lock:
-            state["now"] += 1
-            state["max"] = max(state["max"], state["now"])
-        time.sleep(0.05)
-        with lock:
-            state["now"] -= 1
-        return 1.0
+        with probe:
+            return 1.0
 
     RewardScorer(slow, RewardConfig(max_concurrency=3)).score(_batch([["a"] * 12]))
-    assert state["max"] == 3
+    assert not probe.timed_out, "fewer than 3 calls ever ran at once"
+    assert probe.max_in_flight == 3
 
 
 def test_builtin_and_unknown_names():
