@@ -10,6 +10,11 @@ Async save, step by step (``save``):
 Errors of step 3 are kept and raised in the loop by the next ``save``, ``check`` or ``close``
 as ``AsyncSaveError`` -- never silently dropped. ``close`` (end of run) waits for the write.
 
+A failed save (sync or async, any step) removes its temporary folder and raises one line
+(``CheckpointSaveError``): the OS error (``No space left on device (ENOSPC)``), the file and
+checkpoint being written, and the last complete checkpoint. DCP's own ``CheckpointException``
+is a ``BaseException`` whose message holds every rank's traceback, so it is caught by name.
+
 For the residency layer: staging happens inside ``save``; ``wait_until_staged`` lets another
 thread wait for it, and ``staging`` says whether it is in progress.
 """
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -25,9 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 
 from heron.checkpoint import dcp_io
-from heron.checkpoint.errors import AsyncSaveError
+from heron.checkpoint.errors import AsyncSaveError, CheckpointSaveError
+from heron.checkpoint.save_failure import save_failure_message
 from heron.checkpoint.fingerprint import model_fingerprint, optimizer_fingerprint
 from heron.checkpoint.hf_export import HF_FOLDER, HF_META, write_hf_folder, write_hf_meta
 from heron.checkpoint.layout import checkpoint_name, commit, remove_leftovers, temp_folder, write_file_durably
@@ -80,20 +88,12 @@ class CheckpointWriter:
         """Saves model, optimizer and ``run_state`` (JSON-able) as ``rollout-<id>``; see module doc."""
         self.wait()
         start = time.perf_counter()
+        temp = temp_folder(self.folder, rollout_id)
         self._staged.clear()
         try:
-            live = dcp_io.live_state(model, optimizer)
-            fingerprint = {
-                **run_state.get("fingerprint", {}),
-                "model": model_fingerprint(live["model"]),
-                "optimizer": optimizer_fingerprint(optimizer, live["optimizer"]),
-            }
-            tensors = dcp_io.stage(live, self._host_buffers) if self.async_save else live
-            temp = temp_folder(self.folder, rollout_id)
-            temp.mkdir()
-            state = {**run_state, "rollout_id": rollout_id, "fingerprint": fingerprint}
-            write_file_durably(temp / STATE_FILE, json.dumps(state, indent=1).encode())
-            write_hf_meta(temp / HF_META, model, self.tokenizer)
+            tensors = self._stage(temp, rollout_id, model, optimizer, run_state)
+        except (Exception, CheckpointException) as e:
+            raise self._save_failed(temp, rollout_id, e, CheckpointSaveError) from e
         finally:
             self._staged.set()
         self.last_stats = {"block_s": time.perf_counter() - start}
@@ -104,6 +104,22 @@ class CheckpointWriter:
         else:
             self._pending = (name, self._executor.submit(self._write, temp, rollout_id, tensors, start))
 
+    def _stage(self, temp: Path, rollout_id: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+               run_state: dict) -> dict:
+        """The caller's part of a save: tensors to write (a host copy when async) and the small files."""
+        live = dcp_io.live_state(model, optimizer)
+        fingerprint = {
+            **run_state.get("fingerprint", {}),
+            "model": model_fingerprint(live["model"]),
+            "optimizer": optimizer_fingerprint(optimizer, live["optimizer"]),
+        }
+        tensors = dcp_io.stage(live, self._host_buffers) if self.async_save else live
+        temp.mkdir()
+        state = {**run_state, "rollout_id": rollout_id, "fingerprint": fingerprint}
+        write_file_durably(temp / STATE_FILE, json.dumps(state, indent=1).encode())
+        write_hf_meta(temp / HF_META, model, self.tokenizer)
+        return tensors
+
     def save_sharded(self, rollout_id: int, run_state: dict, write_shards) -> None:
         """Saves a trainer whose tensors live in other processes (Ray trainer ranks):
         ``write_shards(temp) -> (fingerprint, checksums)`` writes the DCP files into the
@@ -112,20 +128,27 @@ class CheckpointWriter:
         self.wait()
         start = time.perf_counter()
         temp = temp_folder(self.folder, rollout_id)
-        temp.mkdir()
-        fingerprint, checksums = write_shards(temp)
-        state = {**run_state, "rollout_id": rollout_id,
-                 "fingerprint": {**run_state.get("fingerprint", {}), **fingerprint}}
-        write_file_durably(temp / STATE_FILE, json.dumps(state, indent=1).encode())
         self.last_stats = {}
-        self._commit(temp, rollout_id, checksums, start)
+        try:
+            temp.mkdir()
+            fingerprint, checksums = write_shards(temp)
+            state = {**run_state, "rollout_id": rollout_id,
+                     "fingerprint": {**run_state.get("fingerprint", {}), **fingerprint}}
+            write_file_durably(temp / STATE_FILE, json.dumps(state, indent=1).encode())
+            self._commit(temp, rollout_id, checksums, start)
+        except (Exception, CheckpointException) as e:
+            raise self._save_failed(temp, rollout_id, e, CheckpointSaveError) from e
         self.last_stats["block_s"] = time.perf_counter() - start
 
     def _write(self, temp: Path, rollout_id: int, tensors: dict, start: float) -> Path:
-        checksums = dcp_io.save(tensors, temp, self._process_group)
-        if self.hf_export:
-            write_hf_folder(temp / HF_FOLDER, tensors["model"], temp / HF_META)
-        return self._commit(temp, rollout_id, checksums, start)
+        try:
+            checksums = dcp_io.save(tensors, temp, self._process_group)
+            if self.hf_export:
+                write_hf_folder(temp / HF_FOLDER, tensors["model"], temp / HF_META)
+            return self._commit(temp, rollout_id, checksums, start)
+        except (Exception, CheckpointException) as e:  # DCP's CheckpointException is a BaseException
+            kind = AsyncSaveError if self._executor is not None else CheckpointSaveError
+            raise self._save_failed(temp, rollout_id, e, kind) from e
 
     def _commit(self, temp: Path, rollout_id: int, checksums: dict, start: float) -> Path:
         manifest = write_manifest(temp, rollout_id, known=checksums)
@@ -138,21 +161,23 @@ class CheckpointWriter:
             log.info("deleted %s (checkpoint.keep_last=%d)", path, self.keep_last)
         return final
 
+    def _save_failed(self, temp: Path, rollout_id: int, error: BaseException, kind: type) -> CheckpointSaveError:
+        """Removes the unfinished save and says, in one line, what failed and what is still safe."""
+        shutil.rmtree(temp, ignore_errors=True)  # also frees the space a full disk needs back
+        return kind(save_failure_message(self.folder, checkpoint_name(rollout_id), temp, error))
+
     def check(self) -> None:
         """Raises the error of a finished background save, if any (does not wait)."""
         if self._pending is not None and self._pending[1].done():
             self.wait()
 
     def wait(self) -> Path | None:
-        """Waits for the save in flight; raises ``AsyncSaveError`` if it failed."""
+        """Waits for the save in flight; raises its ``AsyncSaveError`` if it failed."""
         if self._pending is None:
             return self.last_committed
-        name, future = self._pending
+        _, future = self._pending
         self._pending = None
-        try:
-            future.result()
-        except Exception as e:
-            raise AsyncSaveError(f"async checkpoint save of {name} failed: {type(e).__name__}: {e}") from e
+        future.result()  # raises the save's own AsyncSaveError (one line, see _save_failed)
         return self.last_committed
 
     def close(self) -> None:

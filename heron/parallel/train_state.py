@@ -17,6 +17,8 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from heron.checkpoint import safe_load
+
 STATE_FILE = "trainer_state.json"
 
 
@@ -40,7 +42,7 @@ def load_train_state(trainer, folder: str | Path) -> int:
     folder = Path(folder)
     model_state, optim_state = get_state_dict(trainer.model, trainer.optimizer)
     state = {"model": model_state, "optim": optim_state}
-    dcp.load(state, checkpoint_id=str(folder))
+    safe_load.load(state, folder)  # unpickles nothing but DCP metadata and plain data
     set_state_dict(trainer.model, trainer.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     meta = json.loads((folder / STATE_FILE).read_text())
     trainer.scheduler.load_state_dict(meta["scheduler"])
