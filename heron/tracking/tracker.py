@@ -61,8 +61,8 @@ class Tracker:
         self.evals.close()
         if self.tb is not None:
             self.tb.close()
-        if not (self.cfg.plot and self.metrics.path.exists()):
-            return
+        if not (self.cfg.plot and self.metrics.path.is_file() and self.metrics.path.stat().st_size > 0):
+            return  # no rollout finished: nothing to plot
         out = self.run_dir / "reward_curve.png"
         try:
             evals = read_jsonl(self.evals.path) if self.evals.path.exists() else []
