@@ -10,10 +10,11 @@ Async save, step by step (``save``):
 Errors of step 3 are kept and raised in the loop by the next ``save``, ``check`` or ``close``
 as ``AsyncSaveError`` -- never silently dropped. ``close`` (end of run) waits for the write.
 
-A failed save (sync or async, any step) removes its temporary folder and raises one line
-(``CheckpointSaveError``): the OS error (``No space left on device (ENOSPC)``), the file and
-checkpoint being written, and the last complete checkpoint. DCP's own ``CheckpointException``
-is a ``BaseException`` whose message holds every rank's traceback, so it is caught by name.
+A failed save (sync or async, any step) removes its temporary folder. A disk failure raises
+one line (``CheckpointSaveError``): the OS error (``No space left on device (ENOSPC)``), the
+file and checkpoint being written, and the last complete checkpoint. DCP's own
+``CheckpointException`` is a ``BaseException`` whose message holds every rank's traceback, so it
+is caught by name.
 
 For the residency layer: staging happens inside ``save``; ``wait_until_staged`` lets another
 thread wait for it, and ``staging`` says whether it is in progress.
@@ -27,6 +28,7 @@ import shutil
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,7 @@ import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
 from heron.checkpoint import dcp_io
-from heron.checkpoint.errors import AsyncSaveError, CheckpointSaveError
+from heron.checkpoint.errors import AsyncSaveError, CheckpointSaveError, find_cause
 from heron.checkpoint.save_failure import save_failure_message
 from heron.checkpoint.fingerprint import model_fingerprint, optimizer_fingerprint
 from heron.checkpoint.hf_export import HF_FOLDER, HF_META, write_hf_folder, write_hf_meta
@@ -91,9 +93,8 @@ class CheckpointWriter:
         temp = temp_folder(self.folder, rollout_id)
         self._staged.clear()
         try:
-            tensors = self._stage(temp, rollout_id, model, optimizer, run_state)
-        except (Exception, CheckpointException) as e:
-            raise self._save_failed(temp, rollout_id, e, CheckpointSaveError) from e
+            with self._failing_cleanly(temp, rollout_id, CheckpointSaveError):
+                tensors = self._stage(temp, rollout_id, model, optimizer, run_state)
         finally:
             self._staged.set()
         self.last_stats = {"block_s": time.perf_counter() - start}
@@ -129,26 +130,21 @@ class CheckpointWriter:
         start = time.perf_counter()
         temp = temp_folder(self.folder, rollout_id)
         self.last_stats = {}
-        try:
+        with self._failing_cleanly(temp, rollout_id, CheckpointSaveError):
             temp.mkdir()
             fingerprint, checksums = write_shards(temp)
             state = {**run_state, "rollout_id": rollout_id,
                      "fingerprint": {**run_state.get("fingerprint", {}), **fingerprint}}
             write_file_durably(temp / STATE_FILE, json.dumps(state, indent=1).encode())
             self._commit(temp, rollout_id, checksums, start)
-        except (Exception, CheckpointException) as e:
-            raise self._save_failed(temp, rollout_id, e, CheckpointSaveError) from e
         self.last_stats["block_s"] = time.perf_counter() - start
 
     def _write(self, temp: Path, rollout_id: int, tensors: dict, start: float) -> Path:
-        try:
+        with self._failing_cleanly(temp, rollout_id, AsyncSaveError if self._executor else CheckpointSaveError):
             checksums = dcp_io.save(tensors, temp, self._process_group)
             if self.hf_export:
                 write_hf_folder(temp / HF_FOLDER, tensors["model"], temp / HF_META)
             return self._commit(temp, rollout_id, checksums, start)
-        except (Exception, CheckpointException) as e:  # DCP's CheckpointException is a BaseException
-            kind = AsyncSaveError if self._executor is not None else CheckpointSaveError
-            raise self._save_failed(temp, rollout_id, e, kind) from e
 
     def _commit(self, temp: Path, rollout_id: int, checksums: dict, start: float) -> Path:
         manifest = write_manifest(temp, rollout_id, known=checksums)
@@ -161,10 +157,19 @@ class CheckpointWriter:
             log.info("deleted %s (checkpoint.keep_last=%d)", path, self.keep_last)
         return final
 
-    def _save_failed(self, temp: Path, rollout_id: int, error: BaseException, kind: type) -> CheckpointSaveError:
-        """Removes the unfinished save and says, in one line, what failed and what is still safe."""
-        shutil.rmtree(temp, ignore_errors=True)  # also frees the space a full disk needs back
-        return kind(save_failure_message(self.folder, checkpoint_name(rollout_id), temp, error))
+    @contextmanager
+    def _failing_cleanly(self, temp: Path, rollout_id: int, kind: type[CheckpointSaveError]):
+        """On any failure the unfinished save is removed (which also gives a full disk its space
+        back). A failure of the disk (an OSError anywhere in the chain) or of DCP (its
+        ``CheckpointException`` is a BaseException that passes ``except Exception``) becomes one
+        line naming it and the last complete checkpoint; anything else, a bug, is re-raised as is."""
+        try:
+            yield
+        except (Exception, CheckpointException) as e:
+            shutil.rmtree(temp, ignore_errors=True)
+            if find_cause(e, OSError) is None and not isinstance(e, CheckpointException):
+                raise
+            raise kind(save_failure_message(self.folder, checkpoint_name(rollout_id), temp, e)) from e
 
     def check(self) -> None:
         """Raises the error of a finished background save, if any (does not wait)."""
@@ -172,12 +177,12 @@ class CheckpointWriter:
             self.wait()
 
     def wait(self) -> Path | None:
-        """Waits for the save in flight; raises its ``AsyncSaveError`` if it failed."""
+        """Waits for the save in flight; raises its error (``AsyncSaveError`` for the disk) if it failed."""
         if self._pending is None:
             return self.last_committed
         _, future = self._pending
         self._pending = None
-        future.result()  # raises the save's own AsyncSaveError (one line, see _save_failed)
+        future.result()  # raises the save's own error (one line for the disk, see _failing_cleanly)
         return self.last_committed
 
     def close(self) -> None:
