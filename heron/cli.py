@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from heron.config.base import ConfigError
-from heron.errors import ComponentError, UserError
+from heron.errors import ComponentError, RunError, UserError, describe_os_error
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_ckpt_parser(sub) -> None:
     ckpt = sub.add_parser("ckpt", help="list, inspect and export checkpoints").add_subparsers(dest="action", required=True)
-    ckpt.add_parser("list", help="checkpoints in a folder, newest first, verified").add_argument("dir")
+    ckpt.add_parser("list", help="checkpoints in a folder (or a run folder), newest first, verified").add_argument("dir")
     ckpt.add_parser("inspect", help="rollout id, sizes, config and validity of one checkpoint").add_argument("ckpt")
     export = ckpt.add_parser("export-hf", help="write an HF folder (from_pretrained) from a checkpoint")
     export.add_argument("ckpt")
@@ -55,6 +55,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except ComponentError as e:  # a dead, hung or unplaceable actor or server (already shut down)
         print(f"heron: cluster error: {e}", file=sys.stderr)
+        return 1
+    except RunError as e:  # the machine failed the run (disk full, I/O error): what and what is safe
+        print(f"heron: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # any other file the run could not write or read
+        where = f": {e.filename}" if e.filename else ""
+        print(f"heron: error: {describe_os_error(e)}{where}", file=sys.stderr)
         return 1
 
 
@@ -123,12 +130,10 @@ def cmd_ckpt(args) -> int:
 
     if args.action == "list":
         print("\n".join(list_lines(args.dir)))
-    elif args.action == "inspect":
-        lines = inspect_lines(args.ckpt)
-        print("\n".join(lines))
-        return 0 if "INVALID" not in lines[0] else 1
+    elif args.action == "inspect":  # an invalid checkpoint is a CheckpointError: one line, exit 2
+        print("\n".join(inspect_lines(args.ckpt)))
     else:
-        from heron.checkpoint.hf_export import export_checkpoint
+        from heron.checkpoint.export import export_checkpoint
 
         print(f"wrote {export_checkpoint(args.ckpt, args.out)}")
     return 0

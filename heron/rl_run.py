@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import statistics
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from heron.algo.assign import assign_advantages
+from heron.atomic_file import write_atomically
 from heron.checkpoint.checkpointer import Checkpointer
 from heron.build import build_components
 from heron.components import Components
@@ -16,6 +17,7 @@ from heron.config.base import to_dict
 from heron.config.root import HeronConfig
 from heron.plugins.postprocess import apply_postprocess, checked_prompts
 from heron.records import RolloutBatch
+from heron.run_dir import hold_run_folders
 from heron.tracking.tracker import Tracker
 from heron.trainer.batch import collate
 from heron.weights.version import check_served_versions
@@ -25,31 +27,34 @@ class RLRun:
     def __init__(self, cfg: HeronConfig):
         self.cfg = cfg
         self.run_dir = Path(cfg.run.dir)
-        self.c: Components = build_components(cfg)
-        try:  # a failure after the components exist must still stop their actors
+        with ExitStack() as undo:  # a failure part-way stops the actors and releases the folders
+            undo.enter_context(hold_run_folders(cfg))  # one run per folder: fails before any model is loaded
+            self.c: Components = build_components(cfg)
+            undo.callback(self.c.close)
             self.checkpointer = Checkpointer(cfg, self.run_dir)  # resume: checks fit, restores state
             self.start_rollout = self.checkpointer.resume(self.c)
             self.timings: dict[str, float] = {}
             if self.start_rollout > 0:
                 self.push_weights()  # the engine serves the restored policy, through the one push path
-            self.run_dir.mkdir(parents=True, exist_ok=True)
             _write_config(cfg, self.run_dir / "config.yaml")
             self.tracker = Tracker(cfg.tracking, self.run_dir, self.start_rollout, cfg.rollout.num_rollouts)
-        except BaseException:
-            self.c.close()
-            raise
+            self._release = undo.pop_all()
 
     def __enter__(self) -> "RLRun":
         return self
 
     def __exit__(self, exc_type, *exc) -> None:
+        failing = exc_type is not None  # then a later failure is logged, so the first error is the one reported
         try:  # waits for an async save in flight; raises its error unless already failing
-            self.checkpointer.close(raise_error=exc_type is None)
+            self.checkpointer.close(raise_error=not failing)
+        except BaseException:
+            failing = True
+            raise
         finally:
             try:
-                self.tracker.close()
+                self.tracker.close(raise_error=not failing)
             finally:
-                self.c.close()  # stops actors and the Ray session a ray backend started
+                self._release.close()  # stops actors and the Ray session a ray backend started; unlocks run.dir
 
     def rollout_ids(self) -> range:
         return range(self.start_rollout, self.cfg.rollout.num_rollouts)
@@ -132,4 +137,4 @@ class RLRun:
 def _write_config(cfg: HeronConfig, path: Path) -> None:
     import yaml
 
-    path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    write_atomically(path, yaml.safe_dump(to_dict(cfg), sort_keys=False).encode())

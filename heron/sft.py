@@ -4,12 +4,14 @@ NLL objective, and writes an HF folder that ``model.path`` can point at."""
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
+from heron.atomic_file import publish_folder, temp_sibling
 from heron.build import check_inputs
 from heron.config.root import HeronConfig
 from heron.config.train import TrainConfig
@@ -18,6 +20,7 @@ from heron.data.sampler import EpochSampler
 from heron.models import load_model, load_tokenizer
 from heron.records import Prompt, Sample
 from heron.rollout.prompt_format import PromptFormatter
+from heron.run_dir import hold_sft_output
 from heron.trainer.batch import collate
 from heron.trainer.objectives import SFTObjective
 from heron.trainer.policy_trainer import PolicyTrainer
@@ -39,14 +42,28 @@ def supervised_sample(prompt: Prompt, formatter: PromptFormatter, eos_id: int, s
 
 
 def run_sft(cfg: HeronConfig, progress: bool = True) -> Path:
-    """Trains ``sft.num_steps`` steps and writes the model + tokenizer to the SFT output folder."""
+    """Trains ``sft.num_steps`` steps and writes the model + tokenizer to the SFT output folder.
+    The output folder is locked for the whole run (a second sft into it fails at once) and
+    appears only when complete (written beside it, then renamed)."""
     from heron.config.base import ConfigError
 
     check_inputs(cfg)
     if not (cfg.sft.path or cfg.data.path):
         raise ConfigError("heron sft needs supervised examples: set sft.path or data.path")
-    if sft_output_dir(cfg).exists():  # never overwrite a model someone saved
-        raise ConfigError(f"sft output '{sft_output_dir(cfg)}' already exists; set sft.output=<new folder> or remove it")
+    out = sft_output_dir(cfg)
+    lock = hold_sft_output(out).acquire()  # before the check: two sfts cannot both pass it
+    try:
+        if out.exists():  # never overwrite a model someone saved
+            raise ConfigError(f"sft output '{out}' already exists; set sft.output=<new folder> or remove it")
+        _train_and_export(cfg, out, progress)
+    except BaseException:
+        lock.release()
+        raise
+    lock.release(remove_file=True)
+    return out
+
+
+def _train_and_export(cfg: HeronConfig, out: Path, progress: bool) -> None:
     torch.manual_seed(cfg.run.seed)
     tokenizer = load_tokenizer(cfg.model.path)
     formatter = PromptFormatter(tokenizer, cfg.data.apply_chat_template)
@@ -66,6 +83,11 @@ def run_sft(cfg: HeronConfig, progress: bool = True) -> Path:
         bar.set_postfix(loss=f"{metrics['loss']:.3f}")
         if progress and bar.disable and (step + 1) % max(1, cfg.sft.num_steps // 5) == 0:
             print(f"sft: step {step + 1}/{cfg.sft.num_steps} loss {metrics['loss']:.4f}", flush=True)
-    out = trainer.export_hf(sft_output_dir(cfg), tokenizer)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    temp = temp_sibling(out)
+    try:
+        publish_folder(trainer.export_hf(temp, tokenizer), out)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
     print(f"sft: {cfg.sft.num_steps} steps in {time.perf_counter() - start:.1f}s, final loss {metrics['loss']:.4f} -> {out}")
-    return out

@@ -14,11 +14,23 @@ def _mb(num_bytes: int) -> str:
     return f"{num_bytes / 1e6:.1f} MB"
 
 
-def list_lines(folder: str | Path) -> list[str]:
-    """One line per checkpoint (newest first): name, rollout, size, ok or why not; then leftovers."""
+def checkpoints_of(folder: str | Path) -> Path:
+    """The checkpoint folder ``folder`` names: itself, or the ``checkpoints/`` of a run folder
+    (one with a config.yaml or a checkpoints/ folder and no checkpoints of its own)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"checkpoint folder {folder} does not exist")
+    if committed(folder) or leftovers(folder) or read_latest(folder):
+        return folder
+    if (folder / "checkpoints").is_dir():
+        return folder / "checkpoints"
+    return folder
+
+
+def list_lines(folder: str | Path) -> list[str]:
+    """One line per checkpoint (newest first): name, rollout, size, ok or why not; then leftovers.
+    ``folder`` is a checkpoint folder or a run folder (its ``checkpoints/``)."""
+    folder = checkpoints_of(folder)
     latest = read_latest(folder)
     lines = []
     for path in committed(folder):
@@ -33,17 +45,15 @@ def list_lines(folder: str | Path) -> list[str]:
 
 
 def inspect_lines(path: str | Path) -> list[str]:
-    """Validity, rollout id, sizes, policy version, data position and the resume-critical config."""
+    """Validity, rollout id, sizes, policy version, data position and the resume-critical config;
+    a ``CheckpointError`` (one line) if the checkpoint does not verify."""
     path = Path(path)
-    try:
-        ckpt = open_checkpoint(path)
-    except CheckpointError as e:
-        return [f"{path}: INVALID: {e}"]
+    ckpt = open_checkpoint(path)
     state = ckpt.state
     fingerprint = state.get("fingerprint", {})
     params = sum(_numel(v["shape"]) for v in fingerprint.get("model", {}).values())
     lines = [
-        f"{path}: ok (all files match manifest sizes and crc32)",
+        f"{path}: ok (all files match manifest sizes and checksums; DCP metadata is plain)",
         f"rollout_id: {ckpt.rollout_id}   next rollout: {ckpt.rollout_id + 1}",
         f"policy_version: {state.get('policy_version')}",
         f"size: {_mb(ckpt.num_bytes)}   model tensors: {len(fingerprint.get('model', {}))} ({params:,} values)",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from heron.checkpoint.reader import Checkpoint
 from heron.checkpoint.resume import (
-    guard_run_dir, restore, select_checkpoint, set_aside_newer, truncate_run_files,
+    restore, select_checkpoint, set_aside_newer, truncate_run_files,
 )
 from heron.checkpoint.rng import capture_rng
 from heron.checkpoint.run_state import Fingerprint, RunState
@@ -17,6 +17,7 @@ from heron.checkpoint.shards import SavedShards
 from heron.checkpoint.fingerprint import RESUME_CRITICAL, config_fingerprint, digest
 from heron.checkpoint.writer import CheckpointWriter
 from heron.config.base import to_dict
+from heron.run_dir import set_aside_earlier_logs
 
 log = logging.getLogger("heron.checkpoint")
 
@@ -33,7 +34,7 @@ class Checkpointer:
         """Restores the run from ``checkpoint.load``; returns the first rollout id to run (0 if fresh)."""
         checkpoint = select_checkpoint(self.cfg.checkpoint, self.folder)
         if checkpoint is None:
-            guard_run_dir(self.run_dir, to_dict(self.cfg))
+            set_aside_earlier_logs(self.run_dir, to_dict(self.cfg))  # a fresh start appends to nothing
             return 0
         start = restore(checkpoint, components, to_dict(self.cfg))  # raises before loading if it does not fit
         if self.cfg.checkpoint.load != "auto":
@@ -93,7 +94,7 @@ class Checkpointer:
             return
         try:
             self.writer.close()
-        except Exception:
+        except Exception as e:
             if raise_error:
                 raise
-            log.exception("the last checkpoint save failed")
+            log.warning("also, the last checkpoint save failed: %s", e)

@@ -8,8 +8,8 @@ also for the optimizer), which works for plain, DDP and FSDP2 modules alike.
 Hazards:
 - ``get_model_state_dict`` / ``get_optimizer_state_dict`` return tensors that *share memory*
   with the live parameters: an async save must ``stage`` (copy) them before training resumes.
-- DCP's ``.metadata`` file is a pickle. heron only hands a checkpoint to DCP after its manifest
-  checksums verified, i.e. only files heron itself wrote; do not load checkpoints you did not write.
+- DCP's ``.metadata`` file and the non-tensor items of its shards are pickles: every load goes
+  through ``safe_load``, which unpickles nothing but DCP's metadata classes and plain data.
 - Without a process group DCP runs single-process (``no_dist``). With one, saves use a
   dedicated gloo group: async saves on the default group deadlock or abort (notes-cpu.md).
 """
@@ -17,9 +17,9 @@ Hazards:
 from __future__ import annotations
 
 import copy
+import hashlib
 import io
 import warnings
-import zlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -33,8 +33,12 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystem
 from torch.distributed.tensor import DTensor
+
+from heron.checkpoint import safe_load
+from heron.checkpoint.errors import find_cause
 
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
 
@@ -94,7 +98,7 @@ def stage(state: Any, buffers: dict | None = None) -> Any:
 @contextmanager
 def _without_torch_record_crc():
     """torch.save computes a crc32 per zip record (~40% of DCP's save time here); heron's
-    manifest already checksums every file, so the second checksum is skipped while DCP writes.
+    manifest already checksums every file (sha256), so torch's is skipped while DCP writes.
     The flag is process-global: a torch.save in another thread meanwhile also skips it."""
     previous = torch.serialization.get_crc32_options()
     torch.serialization.set_crc32_options(False)
@@ -104,15 +108,15 @@ def _without_torch_record_crc():
         torch.serialization.set_crc32_options(previous)
 
 
-class _Crc32Writer(io.IOBase):
-    """A write-only file wrapper that keeps the crc32 of every byte written through it."""
+class _HashingWriter(io.IOBase):
+    """A write-only file wrapper that keeps the sha256 of every byte written through it."""
 
     def __init__(self, raw):
         self._raw = raw
-        self.crc32 = 0
+        self.sha256 = hashlib.sha256()
 
     def write(self, data) -> int:
-        self.crc32 = zlib.crc32(data, self.crc32)  # releases the GIL on large buffers
+        self.sha256.update(data)  # releases the GIL on large buffers
         return self._raw.write(data)
 
     def tell(self) -> int:
@@ -130,12 +134,19 @@ class _Crc32Writer(io.IOBase):
 
 
 class _ChecksummingFileSystem(FileSystem):
-    """DCP's local file system, plus the crc32 of every file it writes, computed on the way
-    out: the manifest needs no second pass over the bytes (~0.2 s per 300 MB here)."""
+    """DCP's local file system, plus the sha256 of every file it writes, computed on the way
+    out: the manifest needs no second pass over the bytes (~0.2 s per 300 MB here).
+
+    It also keeps write errors. DCP writes with ``WRITE_THREADS`` threads, and an exception in
+    any but the caller's thread escapes DCP (Python prints its traceback to stderr and DCP goes
+    on as if that file were written). So a failed write is recorded here and not re-raised, and
+    ``save`` raises the first one once DCP returns: one error, with the file it was writing, and
+    the checkpoint is never committed."""
 
     def __init__(self):
         super().__init__()
         self.checksums: dict[str, str] = {}
+        self.errors: list[tuple[str, BaseException]] = []
 
     @contextmanager
     def create_stream(self, path, mode: str):
@@ -143,39 +154,55 @@ class _ChecksummingFileSystem(FileSystem):
             with super().create_stream(path, mode) as stream:
                 yield stream
             return
-        with Path(path).open(mode) as raw:
-            stream = _Crc32Writer(raw)
-            yield stream
-        self.checksums[str(Path(path))] = f"{stream.crc32:08x}"
+        try:
+            with Path(path).open(mode) as raw:
+                stream = _HashingWriter(raw)
+                yield stream
+        except Exception as e:  # noqa: BLE001 -- kept and raised by save(), see the class doc
+            self.errors.append((str(path), find_cause(e, OSError) or e))
+            return
+        self.checksums[str(Path(path))] = stream.sha256.hexdigest()
 
     def rename(self, path, new_path) -> None:
+        if self.errors:
+            return  # the save has failed already; its temporary folder is discarded
         super().rename(path, new_path)
         if str(Path(path)) in self.checksums:
             self.checksums[str(Path(new_path))] = self.checksums.pop(str(Path(path)))
 
+    def raise_first_error(self) -> None:
+        if not self.errors:
+            return
+        path, error = self.errors[0]
+        if isinstance(error, OSError) and error.filename is None:
+            raise OSError(error.errno, error.strerror, path) from error
+        raise error
+
 
 def save(state: dict[str, Any], folder: Path, process_group: dist.ProcessGroup | None = None) -> dict[str, str]:
     """Writes ``state`` as DCP files into ``folder/dcp`` with every file fsync'd, with
-    ``WRITE_THREADS`` files written in parallel (per rank). Returns {path: crc32} of the files."""
+    ``WRITE_THREADS`` files written in parallel (per rank). Returns {path: sha256} of the files.
+    A failed write raises its own error (an ``OSError`` naming the file), not DCP's wrapper."""
     writer = dcp.FileSystemWriter(str(Path(folder) / DCP_FOLDER), sync_files=True, thread_count=WRITE_THREADS)
-    writer.fs = _ChecksummingFileSystem()
-    with _without_torch_record_crc():
-        dcp.save(state, storage_writer=writer, process_group=process_group, no_dist=process_group is None)
-    return dict(writer.fs.checksums)
-
-
-def _load(state: dict[str, Any], folder: Path, process_group: dist.ProcessGroup | None) -> None:
-    if process_group is None and dist.is_available() and dist.is_initialized():
-        process_group = dist.group.WORLD  # data-parallel ranks load collectively (DCP reshards)
-    reader = dcp.FileSystemReader(str(Path(folder) / DCP_FOLDER))
-    dcp.load(state, storage_reader=reader, process_group=process_group, no_dist=process_group is None)
+    fs = writer.fs = _ChecksummingFileSystem()
+    try:
+        with _without_torch_record_crc():
+            dcp.save(state, storage_writer=writer, process_group=process_group, no_dist=process_group is None)
+    except CheckpointException:
+        fs.raise_first_error()
+        raise
+    fs.raise_first_error()
+    return dict(fs.checksums)
 
 
 def load_into(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, folder: Path,
               process_group: dist.ProcessGroup | None = None) -> None:
-    """Loads model (and optimizer) state from ``folder`` into the live objects, in place."""
+    """Loads model (and optimizer) state from the checkpoint ``folder`` into the live objects, in
+    place, unpickling nothing but DCP's metadata classes and plain data (``safe_load``)."""
     state = live_state(model, optimizer)
-    _load(state, folder, process_group)
+    if process_group is None and dist.is_available() and dist.is_initialized():
+        process_group = dist.group.WORLD  # data-parallel ranks load collectively (DCP reshards)
+    safe_load.load(state, Path(folder) / DCP_FOLDER, process_group, no_dist=process_group is None)
     set_model_state_dict(model, state["model"])
     if optimizer is not None:
         set_optimizer_state_dict(model, optimizer, state["optimizer"])

@@ -15,8 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from heron.checkpoint.errors import CheckpointError
-from heron.checkpoint.layout import fsync_tree
+from heron.atomic_file import fsync_tree
 
 HF_META = "hf_meta"
 HF_FOLDER = "hf"
@@ -66,25 +65,3 @@ def write_hf_folder(out: Path, model_state: dict[str, torch.Tensor], meta: Path)
     save_file(tensors, str(out / WEIGHTS), metadata={"format": "pt"})
     fsync_tree(out)
     return out
-
-
-def export_checkpoint(checkpoint: Path, out: Path) -> Path:
-    """Builds the model from the checkpoint's ``hf_meta``, loads its weights with DCP and
-    writes an HF folder to ``out``. The checkpoint is verified first (checksums)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from heron.checkpoint import dcp_io
-    from heron.checkpoint.manifest import verify
-
-    checkpoint, out = Path(checkpoint), Path(out)
-    verify(checkpoint)
-    meta = checkpoint / HF_META
-    if not (meta / "config.json").is_file():
-        raise CheckpointError(f"checkpoint {checkpoint} has no {HF_META}/config.json; it cannot be exported")
-    if out.exists() and any(out.iterdir()):
-        raise CheckpointError(f"export folder {out} is not empty; choose a new folder")
-    config = AutoConfig.from_pretrained(meta)
-    dtype = getattr(config, "dtype", None) or torch.float32
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    dcp_io.load_into(model, None, checkpoint)
-    return write_hf_folder(out, dcp_io.live_state(model, None)["model"], meta)

@@ -6,7 +6,7 @@
             state.json              run state (rollout id, sampler, RNGs, scheduler, fingerprints)
             hf_meta/                model config, generation config, tokenizer (for HF export)
             hf/                     optional HF folder (checkpoint.hf_export)
-            manifest.json           written last: every file with its size and crc32
+            manifest.json           written last: every file with its size and sha256
         latest                      text file naming the newest committed checkpoint
         rollout-000013.tmp-<pid>    a save in progress (never loaded; removed by the next writer)
 
@@ -25,8 +25,11 @@ import shutil
 import time
 from pathlib import Path
 
+from heron.atomic_file import fsync_path, fsync_tree, write_file_durably  # noqa: F401 -- re-exported
+
 CHECKPOINT_NAME = re.compile(r"^rollout-(\d{6,})$")
 LATEST = "latest"
+STATE_FILE = "state.json"  # the run-level state (RunState), written last before the manifest
 
 
 def checkpoint_name(rollout_id: int) -> str:
@@ -58,30 +61,6 @@ def leftovers(folder: Path) -> list[Path]:
 
 def temp_folder(folder: Path, rollout_id: int) -> Path:
     return Path(folder) / f"{checkpoint_name(rollout_id)}.tmp-{os.getpid()}-{time.time_ns()}"
-
-
-def fsync_path(path: Path) -> None:
-    """fsync a file or a folder (a folder's fsync makes its entries -- renames, new files -- durable)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_tree(root: Path) -> None:
-    """fsync every file and folder under ``root`` (and ``root`` itself)."""
-    for dirpath, _, filenames in os.walk(root):
-        for name in filenames:
-            fsync_path(Path(dirpath) / name)
-        fsync_path(Path(dirpath))
-
-
-def write_file_durably(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def commit(temp: Path, final: Path) -> Path:

@@ -1,13 +1,19 @@
-"""``manifest.json``: the list of a checkpoint's files with sizes and crc32 checksums, written
+"""``manifest.json``: the list of a checkpoint's files with sizes and sha256 checksums, written
 last. It is what makes a checkpoint verifiable: ``verify`` checks that every listed file exists
 with its size (``quick``) and checksum (full), so a truncated, bit-flipped or half-deleted
 checkpoint is recognised before anything is loaded from it.
 
-crc32 (zlib, ~4 GB/s here) guards against torn writes and corruption, not against tampering.
+sha256 (hashlib, ~1-2 GB/s, releases the GIL) rather than crc32: a crc32 can be matched by
+changing four bytes of a file, a sha256 cannot be matched at all. Neither stops someone who can
+also rewrite ``manifest.json``: what makes loading a foreign checkpoint safe is that heron
+unpickles nothing from it but DCP's metadata classes (``heron.checkpoint.safe_load``).
+
+Format 1 manifests (heron before sha256) list crc32s; they still verify, with crc32.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import zlib
@@ -18,8 +24,17 @@ from heron.checkpoint.errors import CheckpointError
 from heron.checkpoint.layout import write_file_durably
 
 MANIFEST = "manifest.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: sha256 per file; 1: crc32 per file (still read)
+READABLE_FORMATS = (1, 2)
 _CHUNK = 16 << 20
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def crc32_of(path: Path) -> str:
@@ -31,17 +46,17 @@ def crc32_of(path: Path) -> str:
 
 
 def write_manifest(folder: Path, rollout_id: int, known: dict[str, str] | None = None) -> dict:
-    """Lists every file under ``folder`` (size, crc32) into ``folder/manifest.json``, fsync'd.
-    ``known`` maps paths to crc32s computed while they were written; other files are read."""
+    """Lists every file under ``folder`` (size, sha256) into ``folder/manifest.json``, fsync'd.
+    ``known`` maps paths to sha256s computed while they were written; other files are read."""
     known = known or {}
     paths = sorted(
         Path(dirpath) / name for dirpath, _, filenames in os.walk(folder) for name in filenames if name != MANIFEST
     )
-    with ThreadPoolExecutor(max(1, min(4, len(paths)))) as pool:  # zlib.crc32 releases the GIL
-        checksums = list(pool.map(lambda p: known.get(str(p)) or crc32_of(p), paths))
+    with ThreadPoolExecutor(max(1, min(4, len(paths)))) as pool:  # hashlib releases the GIL
+        checksums = list(pool.map(lambda p: known.get(str(p)) or sha256_of(p), paths))
     files = {
-        path.relative_to(folder).as_posix(): {"size": path.stat().st_size, "crc32": crc}
-        for path, crc in zip(paths, checksums)
+        path.relative_to(folder).as_posix(): {"size": path.stat().st_size, "sha256": digest}
+        for path, digest in zip(paths, checksums)
     }
     manifest = {"format": FORMAT_VERSION, "rollout_id": rollout_id, "files": dict(sorted(files.items()))}
     write_file_durably(folder / MANIFEST, json.dumps(manifest, indent=1).encode())
@@ -58,11 +73,19 @@ def read_manifest(folder: Path) -> dict:
         raise CheckpointError(f"checkpoint {folder} is corrupt: {MANIFEST} unreadable ({e})") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
         raise CheckpointError(f"checkpoint {folder} is corrupt: {MANIFEST} has no file list")
-    if manifest.get("format") != FORMAT_VERSION:
+    if manifest.get("format") not in READABLE_FORMATS:
         raise CheckpointError(
-            f"checkpoint {folder} has manifest format {manifest.get('format')!r}; this heron reads {FORMAT_VERSION}"
+            f"checkpoint {folder} has manifest format {manifest.get('format')!r}; this heron reads {READABLE_FORMATS}"
         )
     return manifest
+
+
+def _checksum_matches(path: Path, entry: dict) -> bool:
+    if "sha256" in entry:
+        return sha256_of(path) == entry["sha256"]
+    if "crc32" in entry:  # format 1
+        return crc32_of(path) == entry["crc32"]
+    return False
 
 
 def verify(folder: Path, *, quick: bool = False) -> dict:
@@ -78,7 +101,7 @@ def verify(folder: Path, *, quick: bool = False) -> dict:
             raise CheckpointError(
                 f"checkpoint {folder} is corrupt: {rel} has {path.stat().st_size} bytes, manifest says {entry['size']}"
             )
-        if not quick and crc32_of(path) != entry["crc32"]:
+        if not quick and not _checksum_matches(path, entry):
             raise CheckpointError(f"checkpoint {folder} is corrupt: checksum mismatch in {rel}")
     return manifest
 

@@ -1,6 +1,7 @@
-"""Finding and opening checkpoints. A checkpoint is used only after its manifest verified
-(every file present with its size and crc32); the newest one that verifies wins, and every
-newer one that does not is named in a warning with the reason."""
+"""Finding and opening checkpoints. A checkpoint is used only after it verified: every file of
+its manifest present with its size and sha256, and its DCP metadata readable with the restricted
+unpickler (``safe_load``). The newest one that verifies wins, and every newer one that does not
+is named in a warning with the reason."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from heron.checkpoint.errors import CheckpointError
-from heron.checkpoint.layout import committed, leftovers, rollout_id_of
-from heron.checkpoint.manifest import total_bytes, verify
+from heron.checkpoint.layout import STATE_FILE, committed, leftovers, rollout_id_of
+from heron.checkpoint import safe_load
+from heron.checkpoint.dcp_io import DCP_FOLDER
+from heron.checkpoint.manifest import MANIFEST, total_bytes, verify
 from heron.checkpoint.run_state import RunState, TrainerState
-from heron.checkpoint.writer import STATE_FILE
 
 log = logging.getLogger("heron.checkpoint")
 
@@ -49,7 +51,10 @@ def open_checkpoint(path: str | Path, *, quick: bool = False) -> Checkpoint:
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint {path} does not exist (expected a folder like rollout-000012)")
+    _refuse_a_folder_of_checkpoints(path)
     manifest = verify(path, quick=quick)
+    if (path / DCP_FOLDER).is_dir():
+        safe_load.read_metadata(path / DCP_FOLDER)
     try:
         state = json.loads((path / STATE_FILE).read_text())
     except ValueError as e:
@@ -58,6 +63,17 @@ def open_checkpoint(path: str | Path, *, quick: bool = False) -> Checkpoint:
     if not isinstance(rollout_id, int) or rollout_id != manifest.get("rollout_id"):
         raise CheckpointError(f"checkpoint {path} is corrupt: rollout_id of {STATE_FILE} and manifest differ")
     return Checkpoint(path=path, rollout_id=rollout_id, state=state, num_bytes=total_bytes(manifest))
+
+
+def _refuse_a_folder_of_checkpoints(path: Path) -> None:
+    """A run folder or a checkpoint folder given where one checkpoint is expected: name one."""
+    if (path / MANIFEST).exists():
+        return
+    for kind, folder in (("a checkpoint folder", path), ("a run folder", path / "checkpoints")):
+        found = committed(folder)
+        if found:
+            raise CheckpointError(f"{path} is {kind}, not one checkpoint; pass one of its checkpoints, "
+                                  f"e.g. {found[0]} (the newest)")
 
 
 def find_latest(folder: str | Path) -> Checkpoint | None:

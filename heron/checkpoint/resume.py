@@ -15,9 +15,7 @@ were produced after the checkpoint and are produced again, identically, by the r
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -56,42 +54,23 @@ def check_fits(checkpoint: Checkpoint, model, optimizer, config_dict: dict) -> N
     check_config(checkpoint.name, saved["config"], config_fingerprint(config_dict))
 
 
-def guard_run_dir(run_dir: Path, config_dict: dict) -> None:
-    """A fresh start must not append to another run's metrics. If run.dir holds metrics of the
-    same run (its config.yaml has the same resume-critical config: it crashed before its first
-    checkpoint), the run restarts from scratch and its rows are dropped; otherwise it fails."""
-    import yaml
-
-    metrics = Path(run_dir) / "metrics.jsonl"
-    if not (metrics.is_file() and metrics.stat().st_size > 0):
-        return
-    try:
-        previous = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
-    except (OSError, yaml.YAMLError):
-        previous = None
-    if isinstance(previous, dict) and config_fingerprint(previous) == config_fingerprint(config_dict):
-        log.warning("%s: same run, no checkpoint to resume from: restarting from rollout 0", run_dir)
-        truncate_run_files(run_dir, -2)  # -2: also the eval before rollout 0 (-1), which is redone
-        return
-    raise CheckpointError(
-        f"run.dir {run_dir} already holds metrics.jsonl of another run and no checkpoint is being resumed; "
-        f"choose a new run.dir, delete the old one, or resume it (checkpoint.load=auto)"
-    )
-
-
 def truncate_run_files(run_dir: Path, rollout_id: int) -> None:
     """Drops rows with ``rollout_id`` > the checkpoint's from metrics.jsonl and eval.jsonl
-    (atomic rewrite); rows up to it are kept byte for byte."""
+    (atomic rewrite); rows up to it are kept byte for byte. A torn last line (a crash mid-write)
+    is dropped with a warning; a corrupt line in the middle stops the run (file:line)."""
+    from heron.atomic_file import write_atomically
+    from heron.tracking.metrics_file import parse_jsonl
+
     for name in RUN_FILES:
         path = Path(run_dir) / name
         if not path.is_file():
             continue
-        lines = path.read_text().splitlines(keepends=True)
-        kept = [line for line in lines if line.strip() and json.loads(line).get("rollout_id", -1) <= rollout_id]
-        if len(kept) != len([line for line in lines if line.strip()]):
-            temp = path.with_name(f"{name}.tmp-{os.getpid()}")
-            temp.write_text("".join(kept))
-            os.replace(temp, path)
+        text = path.read_text(encoding="utf-8", errors="replace")
+        lines = parse_jsonl(text, path)
+        kept = [line.text for line in lines if line.record.get("rollout_id", -1) <= rollout_id]
+        if "".join(kept) != text:
+            write_atomically(path, "".join(kept).encode())
+        if len(kept) != len(lines):
             log.warning("%s: dropped %d rows after rollout %d (made after the checkpoint; they are redone)",
                         path, len(lines) - len(kept), rollout_id)
 

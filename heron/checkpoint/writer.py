@@ -14,6 +14,12 @@ One save, step by step (``save``), for a trainer in this process and for Ray ran
 Errors of step 5 are kept and raised in the loop by the next ``save``, ``check`` or ``close``
 as ``AsyncSaveError`` -- never silently dropped. ``close`` (end of run) waits for the write.
 
+A failed save (sync or async, any step) removes its temporary folder. A disk failure raises
+one line (``CheckpointSaveError``): the OS error (``No space left on device (ENOSPC)``), the
+file and checkpoint being written, and the last complete checkpoint. DCP's own
+``CheckpointException`` is a ``BaseException`` whose message holds every rank's traceback, so it
+is caught by name.
+
 For the residency layer: staging happens inside ``save``; ``wait_until_staged`` lets another
 thread wait for it, and ``staging`` says whether it is in progress.
 """
@@ -22,23 +28,27 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
 
-from heron.checkpoint.errors import AsyncSaveError
+from torch.distributed.checkpoint.api import CheckpointException
+
+from heron.checkpoint.errors import AsyncSaveError, CheckpointSaveError, find_cause
 from heron.checkpoint.hf_export import HF_META, write_tokenizer
-from heron.checkpoint.layout import checkpoint_name, commit, remove_leftovers, temp_folder, write_file_durably
+from heron.checkpoint.save_failure import save_failure_message
+from heron.checkpoint.layout import STATE_FILE, checkpoint_name, commit, remove_leftovers, temp_folder, write_file_durably
 from heron.checkpoint.manifest import total_bytes, write_manifest
 from heron.checkpoint.retention import apply_retention
 from heron.checkpoint.shards import SavedShards, ShardRequest
 
 log = logging.getLogger("heron.checkpoint")
-STATE_FILE = "state.json"
 RunStateFn = Callable[[SavedShards], dict]
 
 
@@ -91,18 +101,14 @@ class CheckpointWriter:
         ``SavedShards``, e.g. to include the trainer's state) as ``rollout-<id>``; see module doc."""
         self.wait()
         start = time.perf_counter()
+        temp = temp_folder(self.folder, rollout_id)
         self._staged.clear()
         try:
-            temp = temp_folder(self.folder, rollout_id)
-            temp.mkdir()
-            write_tokenizer(temp / HF_META, self.tokenizer)
-            shards = source.save_state(ShardRequest(str(temp.resolve()), self.async_save, self.hf_export))
-            state = run_state(shards) if callable(run_state) else dict(run_state)
-            fingerprint = {**state.get("fingerprint", {}), "model": shards.model, "optimizer": shards.optimizer}
-            state = {**state, "rollout_id": rollout_id, "fingerprint": fingerprint}
-            if shards.trainer is not None:  # what the source restores on load (Trainer.load_state)
-                state["trainer"] = asdict(shards.trainer)
-            write_file_durably(temp / STATE_FILE, json.dumps(state, indent=1).encode())
+            with self._failing_cleanly(temp, rollout_id, CheckpointSaveError):
+                temp.mkdir()
+                write_tokenizer(temp / HF_META, self.tokenizer)
+                shards = source.save_state(ShardRequest(str(temp.resolve()), self.async_save, self.hf_export))
+                self._write_state(temp, rollout_id, shards, run_state)
         finally:
             self._staged.set()
         self.last_stats = {"block_s": time.perf_counter() - start}
@@ -112,8 +118,18 @@ class CheckpointWriter:
         else:
             self._pending = (checkpoint_name(rollout_id), self._executor.submit(self._finish, temp, rollout_id, source, start))
 
+    def _write_state(self, temp: Path, rollout_id: int, shards: SavedShards, run_state: dict | RunStateFn) -> None:
+        """``state.json``: the run state, with the fingerprint and trainer state the source saved."""
+        state = run_state(shards) if callable(run_state) else dict(run_state)
+        fingerprint = {**state.get("fingerprint", {}), "model": shards.model, "optimizer": shards.optimizer}
+        state = {**state, "rollout_id": rollout_id, "fingerprint": fingerprint}
+        if shards.trainer is not None:  # what the source restores on load (Trainer.load_state)
+            state["trainer"] = asdict(shards.trainer)
+        write_file_durably(temp / STATE_FILE, json.dumps(state, indent=1).encode())
+
     def _finish(self, temp: Path, rollout_id: int, source: ShardSource, start: float) -> Path:
-        return self._commit(temp, rollout_id, source.wait_saved(), start)
+        with self._failing_cleanly(temp, rollout_id, AsyncSaveError if self._executor else CheckpointSaveError):
+            return self._commit(temp, rollout_id, source.wait_saved(), start)
 
     def _commit(self, temp: Path, rollout_id: int, checksums: dict, start: float) -> Path:
         manifest = write_manifest(temp, rollout_id, known=checksums)
@@ -126,21 +142,32 @@ class CheckpointWriter:
             log.info("deleted %s (checkpoint.keep_last=%d)", path, self.keep_last)
         return final
 
+    @contextmanager
+    def _failing_cleanly(self, temp: Path, rollout_id: int, kind: type[CheckpointSaveError]):
+        """On any failure the unfinished save is removed (which also gives a full disk its space
+        back). A failure of the disk (an OSError anywhere in the chain) or of DCP (its
+        ``CheckpointException`` is a BaseException that passes ``except Exception``) becomes one
+        line naming it and the last complete checkpoint; anything else, a bug, is re-raised as is."""
+        try:
+            yield
+        except (Exception, CheckpointException) as e:
+            shutil.rmtree(temp, ignore_errors=True)
+            if find_cause(e, OSError) is None and not isinstance(e, CheckpointException):
+                raise
+            raise kind(save_failure_message(self.folder, checkpoint_name(rollout_id), temp, e)) from e
+
     def check(self) -> None:
         """Raises the error of a finished background save, if any (does not wait)."""
         if self._pending is not None and self._pending[1].done():
             self.wait()
 
     def wait(self) -> Path | None:
-        """Waits for the save in flight; raises ``AsyncSaveError`` if it failed."""
+        """Waits for the save in flight; raises its error (``AsyncSaveError`` for the disk) if it failed."""
         if self._pending is None:
             return self.last_committed
-        name, future = self._pending
+        _, future = self._pending
         self._pending = None
-        try:
-            future.result()
-        except Exception as e:
-            raise AsyncSaveError(f"async checkpoint save of {name} failed: {type(e).__name__}: {e}") from e
+        future.result()  # raises the save's own error (one line for the disk, see _failing_cleanly)
         return self.last_committed
 
     def close(self) -> None:

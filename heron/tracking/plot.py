@@ -1,8 +1,10 @@
-"""The reward curve PNG written at the end of a run."""
+"""The reward curve PNG written at the end of a run (atomically: whole or not at all)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from heron.atomic_file import atomic_path
 
 
 def plot_reward_curve(metrics: list[dict], evals: list[dict], out: Path) -> Path:
@@ -27,6 +29,9 @@ def plot_reward_curve(metrics: list[dict], evals: list[dict], out: Path) -> Path
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    try:
+        with atomic_path(out) as temp:  # a failed write leaves the previous plot, never a partial one
+            fig.savefig(temp, dpi=100, format="png")
+    finally:
+        plt.close(fig)
+    return Path(out)

@@ -3,13 +3,17 @@ eval.jsonl, optional TensorBoard, and the reward plot at the end."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from tqdm import tqdm
 
 from heron.config.tracking import TrackingConfig
+from heron.errors import RunError, describe_os_error
 from heron.tracking.metrics_file import JsonlWriter, read_jsonl
 from heron.tracking.plot import plot_reward_curve
+
+log = logging.getLogger("heron.tracking")
 
 
 class Tracker:
@@ -48,13 +52,27 @@ class Tracker:
     def print(self, line: str) -> None:
         tqdm.write(line) if self.cfg.progress else print(line, flush=True)
 
-    def close(self) -> None:
+    def close(self, raise_error: bool = True) -> None:
+        """Closes the files and writes the plot. While the run is already failing
+        (``raise_error=False``) a failing plot is logged in one line instead, so that it cannot
+        hide the error that ended the run (on a full disk, both fail)."""
         self.bar.close()
+        self.metrics.close()
+        self.evals.close()
         if self.tb is not None:
             self.tb.close()
-        if self.cfg.plot and self.metrics.path.exists():
+        if not (self.cfg.plot and self.metrics.path.is_file() and self.metrics.path.stat().st_size > 0):
+            return  # no rollout finished: nothing to plot
+        out = self.run_dir / "reward_curve.png"
+        try:
             evals = read_jsonl(self.evals.path) if self.evals.path.exists() else []
-            plot_reward_curve(read_jsonl(self.metrics.path), evals, self.run_dir / "reward_curve.png")
+            plot_reward_curve(read_jsonl(self.metrics.path), evals, out)
+        except Exception as e:
+            if raise_error:
+                if isinstance(e, OSError):
+                    raise RunError(f"could not write {out}: {describe_os_error(e)}") from e
+                raise
+            log.warning("%s not written: %s", out, e)
 
 
 def summary_line(r: dict) -> str:

@@ -20,6 +20,8 @@ from heron.checkpoint.reader import open_checkpoint
 from heron.cli import main as heron_main
 from heron.config.base import to_dict
 from heron.config.root import load_config
+from heron.errors import UserError
+from heron.folder_lock import LOCK_FILE
 from heron.loop import train
 from heron.reward.builtin import BUILTIN_REWARDS
 from heron.rl_run import RLRun
@@ -93,8 +95,9 @@ def _rows(path: Path) -> list[dict]:
 
 
 def _snapshot(folder: Path) -> dict[str, str]:
+    """Every file's sha256, except the lock a run takes on the folder (heron.lock: no data)."""
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != LOCK_FILE}
 
 
 @pytest.fixture(scope="module")
@@ -217,13 +220,36 @@ def test_fresh_run_refuses_a_run_dir_with_metrics_of_another_run(assets, straigh
     shutil.copy(straight["dir"] / "metrics.jsonl", run_dir / "metrics.jsonl")
     shutil.copy(straight["dir"] / "config.yaml", run_dir / "config.yaml")
     before = (run_dir / "metrics.jsonl").read_bytes()
-    with pytest.raises(CheckpointError, match="already holds metrics.jsonl of another run"):
+    with pytest.raises(UserError, match="already holds metrics.jsonl of another run"):
         RLRun(_config(assets, run_dir, "train.lr=0.001"))
     assert (run_dir / "metrics.jsonl").read_bytes() == before
-    # the same run that crashed before its first checkpoint restarts from scratch
+    # the same run that crashed before its first checkpoint restarts from scratch; its logs are kept aside
     run = RLRun(_config(assets, run_dir))
     run.__exit__(None, None, None)
     assert run.start_rollout == 0 and read_jsonl(run_dir / "metrics.jsonl") == []
+    assert [p.read_bytes() for p in run_dir.glob("metrics.jsonl.old-*")] == [before]
+
+
+def test_rerun_after_a_crash_before_the_first_checkpoint_moves_earlier_logs_aside(assets, straight, tmp_path, caplog):
+    """The first attempt crashed after the eval before rollout 0, before any checkpoint (and
+    before any metrics row): the rerun starts fresh with the earlier logs renamed, not appended to."""
+    run_dir = tmp_path / "run"
+
+    def crash(self, batch):
+        raise _Stop
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(RLRun, "train", crash)
+        with pytest.raises(_Stop):
+            train(_config(assets, run_dir))
+    earlier = (run_dir / "eval.jsonl").read_bytes()
+    assert [row["rollout_id"] for row in read_jsonl(run_dir / "eval.jsonl")] == [-1]
+    with caplog.at_level(logging.WARNING):
+        _run(_config(assets, run_dir))
+    assert read_jsonl(run_dir / "eval.jsonl") == read_jsonl(straight["dir"] / "eval.jsonl")  # [-1, 1, 3, 4]
+    aside = list(run_dir.glob("eval.jsonl.old-*"))
+    assert [p.read_bytes() for p in aside] == [earlier]
+    assert any(aside[0].name in r.getMessage() for r in caplog.records)
 
 
 def _logits(model, tokens: torch.Tensor) -> torch.Tensor:
@@ -246,7 +272,7 @@ def test_hf_export_loads_and_gives_the_trainers_logits(straight, tmp_path, capsy
         torch.testing.assert_close(_logits(model, tokens), expected, rtol=0, atol=0)
         assert AutoTokenizer.from_pretrained(folder).eos_token_id == model.generation_config.eos_token_id
     assert heron_main(["ckpt", "export-hf", str(ckpt), str(tmp_path / "exported")]) == 2
-    assert "is not empty" in capsys.readouterr().err
+    assert "already exists" in capsys.readouterr().err
 
 
 def test_ckpt_cli_list_and_inspect(straight, tmp_path, capsys):
@@ -260,7 +286,7 @@ def test_ckpt_cli_list_and_inspect(straight, tmp_path, capsys):
     assert heron_main(["ckpt", "inspect", str(folder / "rollout-000004")]) == 0
     out = capsys.readouterr().out
     assert "rollout_id: 4" in out and "policy_version: 5" in out and "train.lr = 0.003" in out
-    assert heron_main(["ckpt", "inspect", str(folder / "rollout-000003")]) == 1
+    assert heron_main(["ckpt", "inspect", str(folder / "rollout-000003")]) == 2
     assert heron_main(["ckpt", "list", str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err
 
@@ -351,3 +377,19 @@ def test_explicit_older_checkpoint_sets_newer_ones_aside(assets, straight, tmp_p
     assert any(n.startswith("rollout-000003.abandoned-") for n in names)
     assert any(n.startswith("rollout-000004.abandoned-") for n in names)
     assert "rollout-000004" not in names  # a later checkpoint.load=auto cannot jump to the old timeline
+
+
+def test_resume_drops_a_torn_last_line_of_the_run_files_with_a_warning(assets, straight, tmp_path, caplog):
+    """What a crash on a full disk left: the last record written only in part."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(straight["dir"], run_dir)
+    for name in ("metrics.jsonl", "eval.jsonl"):
+        with open(run_dir / name, "a") as f:
+            f.write('{"rollout_id": 5, "reward/me')
+    with caplog.at_level(logging.WARNING):
+        run = RLRun(_config(assets, run_dir, "checkpoint.hf_export=true"))
+    run.__exit__(None, None, None)
+    assert run.start_rollout == NUM_ROLLOUTS
+    for name in ("metrics.jsonl", "eval.jsonl"):
+        assert (run_dir / name).read_bytes() == (straight["dir"] / name).read_bytes()
+        assert any(f"{name}:" in r.getMessage() and "torn" in r.getMessage() for r in caplog.records)
