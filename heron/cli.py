@@ -11,6 +11,7 @@ from pathlib import Path
 from heron.cluster.errors import ClusterError
 from heron.config.base import ConfigError
 from heron.errors import UserError
+from heron.interrupt import RunInterrupted
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -57,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     except ClusterError as e:  # a dead, hung or unplaceable actor (already shut down)
         print(f"heron: cluster error: {e}", file=sys.stderr)
         return 1
+    except RunInterrupted as e:  # Ctrl-C / SIGTERM, after the clean-up (heron.interrupt)
+        print(f"heron: {e}", file=sys.stderr)
+        return e.exit_code
 
 
 def _load(args):
@@ -72,8 +76,21 @@ def cmd_train(args) -> int:
     load_run_hooks(cfg)  # a wrong hook fails here, before torch is even imported
     from heron.loop import train
 
-    train(cfg)
+    try:
+        train(cfg)
+    except KeyboardInterrupt as e:  # Ctrl-C / SIGTERM before the run's exit path took over
+        raise _as_run_interrupted(e, cfg) from None
     return 0
+
+
+def _as_run_interrupted(error: KeyboardInterrupt, cfg) -> RunInterrupted:
+    from heron.checkpoint.layout import committed
+    from heron.interrupt import interrupt_signal
+
+    if isinstance(error, RunInterrupted):
+        return error
+    newest = next(iter(committed(Path(cfg.checkpoint.folder(cfg.run.dir)))), None)
+    return RunInterrupted(interrupt_signal(error), None, newest)
 
 
 def cmd_sft(args) -> int:

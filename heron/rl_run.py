@@ -13,6 +13,7 @@ from heron.checkpoint.checkpointer import Checkpointer
 from heron.components import Components, build_components
 from heron.config.base import to_dict
 from heron.config.root import HeronConfig
+from heron.interrupt import RunInterrupted, install_sigterm_handler, interrupt_signal, signals_held
 from heron.plugins.postprocess import apply_postprocess, checked_prompts
 from heron.records import RolloutBatch
 from heron.tracking.tracker import Tracker
@@ -22,26 +23,36 @@ from heron.weights.version import check_served_versions, served_versions
 
 class RLRun:
     def __init__(self, cfg: HeronConfig):
+        install_sigterm_handler()  # SIGTERM unwinds like Ctrl-C (heron.interrupt)
         self.cfg = cfg
         self.run_dir = Path(cfg.run.dir)
         self.c: Components = build_components(cfg)
         try:  # a failure after the components exist must still stop their actors
             self.checkpointer = Checkpointer(cfg, self.run_dir)  # resume: checks fit, restores state
             self.start_rollout = self.checkpointer.resume(self.c)
+            self.rollout_id = self.start_rollout  # the rollout in progress, named if interrupted
             self.timings: dict[str, float] = {}
             self.run_dir.mkdir(parents=True, exist_ok=True)
             _write_config(cfg, self.run_dir / "config.yaml")
             self.tracker = Tracker(cfg.tracking, self.run_dir, self.start_rollout, cfg.rollout.num_rollouts)
         except BaseException:
-            self.c.close()
+            with signals_held():
+                self.c.close()
             raise
 
     def __enter__(self) -> "RLRun":
         return self
 
-    def __exit__(self, exc_type, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
+        with signals_held() as held:  # a second Ctrl-C must not abandon actors or a save half-way
+            self._close(raise_error=exc_type is None)
+        signum = interrupt_signal(exc) or next(iter(held), None)
+        if signum is not None:  # Ctrl-C / SIGTERM: one line in the CLI (heron.interrupt)
+            raise RunInterrupted(signum, self.rollout_id, self.checkpointer.last_checkpoint()) from None
+
+    def _close(self, raise_error: bool) -> None:
         try:  # waits for an async save in flight; raises its error unless already failing
-            self.checkpointer.close(raise_error=exc_type is None)
+            self.checkpointer.close(raise_error=raise_error)
         finally:
             try:
                 self.tracker.close()
@@ -58,6 +69,7 @@ class RLRun:
         self.timings[f"time/{name}_s"] = time.perf_counter() - start
 
     def generate(self, rollout_id: int) -> RolloutBatch:
+        self.rollout_id = rollout_id
         self.timings = {"_start": time.perf_counter()}
         with self._timed("generate"):
             prompts = checked_prompts(self.c.sampler.get_samples(self.cfg.rollout.batch_size), self.cfg)

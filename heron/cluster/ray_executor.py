@@ -1,7 +1,9 @@
 """``RayExecutor``: engines and trainer ranks as ``ComponentHost`` actors on the bundles of one
 placement group (see ``heron.cluster.placement`` for colocated vs disaggregated).
 
-Start-up order: Ray -> placement group (deadline ``startup_timeout_s``) -> engine actors ->
+Start-up order: placement check (a local Ray's size is known from the config, so an
+unplaceable request fails before Ray starts) -> Ray -> placement check against the running
+cluster's resources -> placement group (deadline ``startup_timeout_s``) -> engine actors ->
 trainer rank actors (rank 0 names the rendezvous address; all ranks join the gloo/nccl group
 concurrently). Everything created is recorded so ``close`` can remove it, also after a
 failure half-way through start-up.
@@ -20,8 +22,8 @@ from ray.util.placement_group import remove_placement_group
 
 from heron.cluster.actor_host import ComponentHost
 from heron.cluster.engine_group import RemoteEngine
-from heron.cluster.placement import PlacementPlan, actor_options, reserve
-from heron.cluster.ray_session import exit_on_sigterm, start_ray
+from heron.cluster.placement import actor_options, check_placeable, local_resources, plan_for, reserve
+from heron.cluster.ray_session import start_ray
 from heron.cluster.remote_call import ActorRef, wait_all
 from heron.cluster.trainer_group import TrainerGroup, build_trainer_rank
 
@@ -41,13 +43,14 @@ class RayExecutor:
         self.closed = False
         if cfg.checkpoint.enabled and cfg.checkpoint.async_:
             log.warning("checkpoint.async does not apply on cluster.backend=ray: trainer ranks write their shards synchronously")
+        self.plan = plan_for(cfg.cluster, cfg.train.world_size, cfg.colocate)
+        if not cfg.cluster.address and not ray.is_initialized():
+            check_placeable(self.plan, local_resources(cfg.cluster), f"a local Ray of cluster.num_cpus={cfg.cluster.num_cpus}")
         self.started_ray = start_ray(cfg.cluster)
         atexit.register(self.close)
-        exit_on_sigterm()
-        self.plan = PlacementPlan.build(
-            cfg.train.world_size, cfg.cluster.num_engines, cfg.colocate, cfg.cluster.cpus_per_bundle, cfg.cluster.device
-        )
         try:
+            where = f"the Ray cluster at {cfg.cluster.address}" if cfg.cluster.address else "the running Ray"
+            check_placeable(self.plan, ray.cluster_resources(), where)
             self.group = reserve(self.plan, cfg.cluster.startup_timeout_s)
         except BaseException:
             self.close()

@@ -32,15 +32,15 @@ if TYPE_CHECKING:
 def build_trainer_rank(cfg: "HeronConfig", rank: int, world_size: int, master_addr: str, master_port: int):
     """Runs inside a trainer actor: joins the process group, then builds the same
     ``PolicyTrainer`` as the local executor, made data-parallel from outside."""
+    from heron.cluster.rendezvous import make_store
     from heron.components import build_policy_trainer
     from heron.parallel.data_parallel import apply_data_parallel, init_process_group
     from heron.parallel.dp_trainer import DataParallelTrainer
     from heron.plugins.run_hooks import load_run_hooks
 
-    init_process_group(
-        rank, world_size, master_addr, master_port,
-        device=cfg.cluster.device, timeout_s=cfg.cluster.collective_timeout_s,
-    )
+    timeout_s = cfg.cluster.collective_timeout_s
+    store = make_store(master_addr, master_port, rank, world_size, timeout_s)
+    init_process_group(rank, world_size, store, device=cfg.cluster.device, timeout_s=timeout_s)
     torch.manual_seed(cfg.run.seed)
     return build_policy_trainer(
         cfg, load_run_hooks(cfg).policy_loss,
