@@ -21,6 +21,7 @@ import io
 import warnings
 import zlib
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.checkpoint.filesystem import FileSystem
+from torch.distributed.tensor import DTensor
 
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
 
@@ -51,7 +53,8 @@ def live_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) 
 
 def stage(state: Any, buffers: dict | None = None) -> Any:
     """A host copy of ``state`` (tensors copied, pinned when CUDA is present; the rest deep-copied)
-    that training can no longer change. Tensors that share storage stay shared in the copy.
+    that training can no longer change. Tensors that share storage stay shared in the copy;
+    a ``DTensor`` (a rank's FSDP2 shard) stays a ``DTensor`` over a copy of its local shard.
 
     ``buffers`` (kept by the caller across saves) reuses the host tensors of the previous
     staging when shapes match: copying into warm memory is several times faster than into
@@ -70,6 +73,9 @@ def stage(state: Any, buffers: dict | None = None) -> Any:
         return memo[key]
 
     def walk(path: str, node: Any) -> Any:
+        if isinstance(node, DTensor):  # a rank's shard (FSDP2): copy the local part, keep the layout
+            local = copy_tensor(path, node.to_local())
+            return DTensor.from_local(local, node.device_mesh, node.placements, shape=node.shape, stride=node.stride())
         if isinstance(node, torch.Tensor):
             return copy_tensor(path, node)
         if isinstance(node, dict):
@@ -169,9 +175,9 @@ def load_into(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, f
         set_optimizer_state_dict(model, optimizer, state["optimizer"])
 
 
-def save_process_group() -> dist.ProcessGroup | None:
+def save_process_group(timeout_s: float | None = None) -> dist.ProcessGroup | None:
     """None in a single process; else a new gloo group used only by checkpoint I/O (collective:
-    every rank must call it, in the same order)."""
+    every rank must call it, in the same order); ``timeout_s`` bounds its collectives."""
     if not (dist.is_available() and dist.is_initialized()):
         return None
-    return dist.new_group(backend="gloo")
+    return dist.new_group(backend="gloo", timeout=None if timeout_s is None else timedelta(seconds=timeout_s))

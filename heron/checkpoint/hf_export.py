@@ -23,15 +23,18 @@ HF_FOLDER = "hf"
 WEIGHTS = "model.safetensors"
 
 
-def write_hf_meta(folder: Path, model: torch.nn.Module, tokenizer=None) -> None:
-    """Writes config, generation config and tokenizer of ``model`` into ``folder``."""
-    if not hasattr(getattr(model, "config", None), "save_pretrained"):
+def write_hf_meta(folder: Path, model: torch.nn.Module | None, tokenizer=None) -> None:
+    """Writes config, generation config and tokenizer of ``model`` into ``folder``. With
+    ``model=None`` only the tokenizer (on Ray the driver has it, trainer rank 0 the model)."""
+    has_config = hasattr(getattr(model, "config", None), "save_pretrained")
+    if model is not None and not has_config:
         return  # not an HF model: the checkpoint cannot be exported, everything else works
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    model.config.save_pretrained(folder)
-    if getattr(model, "generation_config", None) is not None:
-        model.generation_config.save_pretrained(folder)
+    if has_config:
+        model.config.save_pretrained(folder)
+        if getattr(model, "generation_config", None) is not None:
+            model.generation_config.save_pretrained(folder)
     if tokenizer is not None:
         tokenizer.save_pretrained(folder)
 

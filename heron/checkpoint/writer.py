@@ -21,8 +21,10 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -36,6 +38,15 @@ from heron.checkpoint.retention import apply_retention
 
 log = logging.getLogger("heron.checkpoint")
 STATE_FILE = "state.json"
+
+
+@dataclass(frozen=True)
+class ShardWrite:
+    """What ``save_sharded``'s ``write_shards`` started: the model/optimizer fingerprint, and
+    ``finish() -> {file: checksum}``, which waits until every rank's files are written."""
+
+    fingerprint: dict
+    finish: Callable[[], dict[str, str]]
 
 
 class CheckpointWriter:
@@ -105,21 +116,37 @@ class CheckpointWriter:
             self._pending = (name, self._executor.submit(self._write, temp, rollout_id, tensors, start))
 
     def save_sharded(self, rollout_id: int, run_state: dict, write_shards) -> None:
-        """Saves a trainer whose tensors live in other processes (Ray trainer ranks):
-        ``write_shards(temp) -> (fingerprint, checksums)`` writes the DCP files into the
-        temporary folder (every rank its shards); state file, manifest, commit and retention
-        are as in ``save``. Synchronous: ranks stage nothing in this process. No HF folder."""
+        """Saves a trainer whose tensors live in other processes (Ray trainer ranks).
+        ``write_shards(temp) -> ShardWrite`` has every rank write its DCP shards (and rank 0 the
+        model's ``hf_meta`` / ``hf`` files) into the temporary folder -- or, async, stage them
+        to host memory and start writing them in the background; ``ShardWrite.finish()`` waits
+        for the ranks' files and returns their checksums. The state file and the tokenizer are
+        written here; manifest, commit and retention follow ``finish``: in the background when
+        async, with the same rules as ``save`` (one save in flight, errors raised in the loop)."""
         self.wait()
         start = time.perf_counter()
-        temp = temp_folder(self.folder, rollout_id)
-        temp.mkdir()
-        fingerprint, checksums = write_shards(temp)
-        state = {**run_state, "rollout_id": rollout_id,
-                 "fingerprint": {**run_state.get("fingerprint", {}), **fingerprint}}
-        write_file_durably(temp / STATE_FILE, json.dumps(state, indent=1).encode())
-        self.last_stats = {}
-        self._commit(temp, rollout_id, checksums, start)
-        self.last_stats["block_s"] = time.perf_counter() - start
+        self._staged.clear()
+        try:
+            temp = temp_folder(self.folder, rollout_id)
+            temp.mkdir()
+            if self.tokenizer is not None:  # before the ranks start: rank 0 copies hf_meta into hf/
+                write_hf_meta(temp / HF_META, None, self.tokenizer)
+            shards = write_shards(temp)
+            state = {**run_state, "rollout_id": rollout_id,
+                     "fingerprint": {**run_state.get("fingerprint", {}), **shards.fingerprint}}
+            write_file_durably(temp / STATE_FILE, json.dumps(state, indent=1).encode())
+        finally:
+            self._staged.set()
+        self.last_stats = {"block_s": time.perf_counter() - start}
+        finish = partial(self._finish_sharded, temp, rollout_id, shards, start)
+        if self._executor is None:
+            finish()
+            self.last_stats["block_s"] = time.perf_counter() - start
+        else:
+            self._pending = (checkpoint_name(rollout_id), self._executor.submit(finish))
+
+    def _finish_sharded(self, temp: Path, rollout_id: int, shards: "ShardWrite", start: float) -> Path:
+        return self._commit(temp, rollout_id, shards.finish(), start)
 
     def _write(self, temp: Path, rollout_id: int, tensors: dict, start: float) -> Path:
         checksums = dcp_io.save(tensors, temp, self._process_group)

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import ray
 
 
-@ray.remote
+@ray.remote(concurrency_groups={"io": 1})  # methods run one at a time, except apply_io's (own thread)
 class ComponentHost:
     def __init__(self, name: str, num_threads: int = 1):
         import torch
@@ -75,6 +75,13 @@ class ComponentHost:
             return fn(self.component, *args)
         with residency.resident(getattr(fn, "__name__", "apply")):
             return fn(self.component, *args)
+
+    @ray.method(concurrency_group="io")
+    def apply_io(self, fn: Callable, *args) -> Any:
+        """Runs ``fn(component, *args)`` in the actor's io thread, beside whatever the component
+        does meanwhile: host-only background work (writing a staged checkpoint). ``fn`` must not
+        touch the component's live tensors."""
+        return fn(self.component, *args)
 
     # --- residency (heron.cluster.actor_residency; driven by the driver's ActorResidency) ---
     def attach_residency(self, offload: bool, wait_timeout_s: float) -> str:

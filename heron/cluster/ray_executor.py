@@ -12,7 +12,6 @@ failure half-way through start-up.
 from __future__ import annotations
 
 import atexit
-import logging
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,8 +29,6 @@ from heron.cluster.trainer_group import TrainerGroup, build_trainer_rank
 if TYPE_CHECKING:
     from heron.config.root import HeronConfig
 
-log = logging.getLogger("heron.cluster")
-
 
 class RayExecutor:
     def __init__(self, cfg: "HeronConfig"):
@@ -41,8 +38,6 @@ class RayExecutor:
         self.engines: list[ActorRef] = []
         self.group = None
         self.closed = False
-        if cfg.checkpoint.enabled and cfg.checkpoint.async_:
-            log.warning("checkpoint.async does not apply on cluster.backend=ray: trainer ranks write their shards synchronously")
         self.plan = plan_for(cfg.cluster, cfg.train.world_size, cfg.colocate)
         if not cfg.cluster.address and not ray.is_initialized():
             check_placeable(self.plan, local_resources(cfg.cluster), f"a local Ray of cluster.num_cpus={cfg.cluster.num_cpus}")

@@ -15,7 +15,6 @@ through its residency proxy (the coordinator sleeps colocated engines first);
 from __future__ import annotations
 
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -55,6 +54,7 @@ class TrainerGroup(Resident):
         self.transport = cfg.cluster.weight_transport
         self.weight_dir = weight_dir
         self.timeout_s = cfg.cluster.call_timeout_s
+        self.collective_timeout_s = cfg.cluster.collective_timeout_s
         self.version = 0  # policy version, as PolicyTrainer.version: train() calls applied
 
     @needs_device
@@ -92,18 +92,12 @@ class TrainerGroup(Resident):
     # --- run checkpoints (heron.checkpoint): the same two verbs as PolicyTrainer ---
     @needs_device
     def save_checkpoint(self, writer, rollout_id: int, run_state: dict) -> None:
-        """Every rank writes its DCP shards into the writer's temporary folder; the writer
-        (in this process) adds the state file and manifest and commits."""
-        from heron.cluster.rank_checkpoint import save_rank_shards
+        """Every rank writes (or, with an async writer, stages and then writes in the
+        background) its DCP shards into the writer's temporary folder; the writer (in this
+        process) adds the state file and manifest and commits (``heron.cluster.rank_checkpoint``)."""
+        from heron.cluster.rank_checkpoint import shard_writer
 
-        def write_shards(temp: Path):
-            results = self.apply_all(save_rank_shards, str(Path(temp).resolve()))
-            checksums = {k: v for _, rank_sums, _ in results for k, v in rank_sums.items()}
-            fingerprint, _, trainer_state = results[0]
-            run_state["trainer"] = trainer_state
-            return fingerprint, checksums
-
-        writer.save_sharded(rollout_id, run_state, write_shards)
+        writer.save_sharded(rollout_id, run_state, shard_writer(self, run_state, writer.async_save, writer.hf_export))
 
     @needs_device
     def load_checkpoint(self, checkpoint, run_config: dict) -> None:

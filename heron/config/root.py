@@ -75,11 +75,6 @@ class HeronConfig:
             self.loop.mode == "sync" or (self.cluster.backend == "ray" and not self.colocate),
             "loop.mode=async needs disaggregated engines: set cluster.backend=ray and colocate=false",
         )
-        check(
-            self.cluster.backend == "local" or not self.checkpoint.hf_export,
-            "checkpoint.hf_export is not supported with cluster.backend=ray yet (the ranks hold sharded "
-            "weights); set checkpoint.hf_export=false and export with `heron ckpt` afterwards",
-        )
         check(  # one device per bundle: two colocated engines could never take their turn together
             self.cluster.backend == "local" or not self.colocate or self.cluster.num_engines <= world,
             f"colocate=true places engine e on trainer rank e's bundle, so cluster.num_engines="

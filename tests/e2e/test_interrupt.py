@@ -21,6 +21,7 @@ import pytest
 
 from heron.checkpoint.layout import committed
 from tests.process_helpers import process_tree, still_running
+from tests.toy_run import toy_run_overrides
 
 STARTUP_DEADLINE_S = 300  # hang guards only: a checkpoint normally commits within seconds
 EXIT_DEADLINE_S = 120
@@ -31,12 +32,10 @@ MESSAGE = re.compile(
 
 def _start(toy_model_dir, toy_data_path, run_dir: Path, backend: str) -> subprocess.Popen:
     cluster = ["cluster.backend=ray", "train.world_size=2"] if backend == "ray" else []
-    args = [
-        f"model.path={toy_model_dir}", f"data.path={toy_data_path}", "eval.path=", f"run.dir={run_dir}",
-        "rollout.num_rollouts=100000", "rollout.batch_size=2", "rollout.samples_per_prompt=2",
-        "rollout.max_new_tokens=4", "train.micro_batch_size=2", "checkpoint.interval=1", "checkpoint.keep_last=2",
-        "tracking.progress=false", "tracking.summary=false", "tracking.plot=false", *cluster,
-    ]
+    args = toy_run_overrides(
+        toy_model_dir, toy_data_path, run_dir, "rollout.num_rollouts=100000", "checkpoint.interval=1",
+        "checkpoint.keep_last=2", *cluster,
+    )
     return subprocess.Popen([sys.executable, "-m", "heron.cli", "train", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 

@@ -14,16 +14,15 @@ import ray
 
 from heron.config.root import load_config
 from heron.rl_run import RLRun
+from tests.toy_run import toy_run_overrides
 from tests.process_helpers import command, listeners, network_addresses, process_tree
 
 
 def _config(toy_model_dir, toy_data_path, tmp_path):
-    return load_config(None, [
-        f"model.path={toy_model_dir}", f"data.path={toy_data_path}", "eval.path=", f"run.dir={tmp_path}",
-        "rollout.num_rollouts=1", "rollout.batch_size=2", "rollout.samples_per_prompt=2", "rollout.max_new_tokens=4",
-        "train.micro_batch_size=2", "tracking.progress=false", "tracking.summary=false", "tracking.plot=false",
-        "cluster.backend=ray", "train.world_size=2", "cluster.weight_transport=broadcast", "checkpoint.interval=1",
-    ])
+    return load_config(None, toy_run_overrides(
+        toy_model_dir, toy_data_path, tmp_path, "rollout.num_rollouts=1", "checkpoint.interval=1",
+        "cluster.backend=ray", "train.world_size=2", "cluster.weight_transport=broadcast",
+    ))
 
 
 def _answers(address: str, port: int) -> bool:

@@ -68,8 +68,6 @@ def test_cluster_config_rules():
         load_config(None, [*base, "train.world_size=2"])
     with pytest.raises(ConfigError, match="must divide the mini-batch of 8"):
         load_config(None, [*base, "train.world_size=3", "cluster.backend=ray"])
-    with pytest.raises(ConfigError, match="checkpoint.hf_export is not supported with cluster.backend=ray"):
-        load_config(None, [*base, "cluster.backend=ray", "checkpoint.hf_export=true"])
     with pytest.raises(ConfigError, match="cluster.device=cuda is not supported yet"):
         load_config(None, [*base, "cluster.device=cuda"])
     with pytest.raises(ConfigError, match="loop.mode=async needs disaggregated engines"):
@@ -78,5 +76,6 @@ def test_cluster_config_rules():
         load_config(None, [*base, "cluster.backend=ray", "colocate=true", "cluster.num_engines=2"])
     with pytest.raises(ConfigError, match="call_timeout_s must be > 0"):
         load_config(None, [*base, "cluster.call_timeout_s=0"])
+    assert load_config(None, [*base, "cluster.backend=ray", "checkpoint.hf_export=true"]).checkpoint.hf_export
     cfg = load_config(None, [*base, "train.world_size=2", "cluster.backend=ray", "train.parallel=ddp"])
     assert (cfg.train.world_size, cfg.train.parallel, cfg.colocate) == (2, "ddp", False)
