@@ -33,11 +33,10 @@ def process_tree(root_pid: int) -> list[psutil.Process]:
 
 
 def command(process: psutil.Process) -> str:
-    try:
-        words = process.cmdline()
-        return words[0] if words else process.name()
-    except psutil.Error:
-        return "?"
+    """The first word of the command line; a Ray worker's is its title, e.g.
+    ``ray::ComponentHost`` or, while it runs a method, ``ray::ComponentHost.train``."""
+    words = _cmdline(process)
+    return words[0] if words else "?"
 
 
 def listeners(processes: list[psutil.Process]) -> list[Listener]:
@@ -60,7 +59,17 @@ def still_running(processes: list[psutil.Process]) -> list[str]:
     return [f"{p.pid} {command(p)}" for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
-def network_addresses() -> list[str]:
-    """This machine's IPv4 addresses other than loopback."""
-    return [a.address for addresses in psutil.net_if_addrs().values() for a in addresses
-            if a.family.name == "AF_INET" and not ipaddress.ip_address(a.address).is_loopback]
+def ray_session_processes(driver_pid: int, session_dir: str) -> list[psutil.Process]:
+    """The driver and the processes of its Ray session: those started with the session's
+    folder on their command line (GCS, raylet, monitors) and everything below them (agents,
+    workers). A previous session's stragglers under the same driver are left out."""
+    driver = psutil.Process(driver_pid)
+    heads = [p for p in driver.children() if session_dir in " ".join(_cmdline(p))]
+    return [driver, *heads, *(c for head in heads for c in head.children(recursive=True))]
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []

@@ -107,6 +107,15 @@ def check_placeable(plan: PlacementPlan, resources: Mapping[str, float], where: 
     )
 
 
+def check_local_ray_placeable(cfg: "ClusterConfig", world_size: int, colocate: bool) -> PlacementPlan:
+    """The pre-flight of a run on a local Ray (``cluster.address`` empty): its plan, checked
+    against the Ray heron would start -- no Ray needed (``heron check`` and ``RayExecutor``)."""
+    plan = plan_for(cfg, world_size, colocate)
+    if not cfg.address:
+        check_placeable(plan, local_resources(cfg), f"a local Ray of cluster.num_cpus={cfg.num_cpus}")
+    return plan
+
+
 def reserve(plan: PlacementPlan, timeout_s: float):
     """Creates the placement group and waits at most ``timeout_s`` for all bundles."""
     import ray

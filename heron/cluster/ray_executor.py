@@ -21,7 +21,7 @@ from ray.util.placement_group import remove_placement_group
 
 from heron.cluster.actor_host import ComponentHost
 from heron.cluster.engine_group import RemoteEngine
-from heron.cluster.placement import actor_options, check_placeable, local_resources, plan_for, reserve
+from heron.cluster.placement import actor_options, check_local_ray_placeable, check_placeable, plan_for, reserve
 from heron.cluster.ray_session import start_ray
 from heron.cluster.remote_call import ActorRef, wait_all
 from heron.cluster.trainer_group import TrainerGroup, build_trainer_rank
@@ -38,9 +38,10 @@ class RayExecutor:
         self.engines: list[ActorRef] = []
         self.group = None
         self.closed = False
-        self.plan = plan_for(cfg.cluster, cfg.train.world_size, cfg.colocate)
-        if not cfg.cluster.address and not ray.is_initialized():
-            check_placeable(self.plan, local_resources(cfg.cluster), f"a local Ray of cluster.num_cpus={cfg.cluster.num_cpus}")
+        if ray.is_initialized():  # Ray is already there: checked against its real resources below
+            self.plan = plan_for(cfg.cluster, cfg.train.world_size, cfg.colocate)
+        else:  # a local Ray's size is known from the config: fail before starting it
+            self.plan = check_local_ray_placeable(cfg.cluster, cfg.train.world_size, cfg.colocate)
         self.started_ray = start_ray(cfg.cluster)
         atexit.register(self.close)
         try:

@@ -18,6 +18,7 @@ the run only removes what it created (actors, placement group). Securing a real 
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from contextlib import contextmanager
 from typing import Iterator
@@ -53,7 +54,7 @@ def start_local_ray(num_cpus: int, log_to_driver: bool = True) -> None:
     with _single_machine_mode():
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=log_to_driver)
     address = ray.util.get_node_ip_address()
-    if address != LOOPBACK:
+    if not ipaddress.ip_address(address).is_loopback:
         ray.shutdown()
         raise ClusterError(
             f"the local Ray took the network address {address} instead of {LOOPBACK}, so it would listen on "

@@ -25,8 +25,8 @@ from heron.checkpoint.reader import find_latest
 from heron.checkpoint.writer import CheckpointWriter
 from heron.config.root import load_config
 from heron.rl_run import RLRun
-from tests.toy_run import toy_run_overrides
 from tests.integration._checkpoint_gate import hold_writes_until, shift_weights
+from tests.toy_run import toy_run_overrides
 
 DEADLINE_S = 120  # hang guard for the gate handshake only
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from heron.cluster.placement import PlacementError, PlacementPlan, check_placeable, local_resources, plan_for
+from heron.cluster.placement import (
+    PlacementError, PlacementPlan, check_local_ray_placeable, check_placeable, local_resources, plan_for,
+)
 from heron.config.cluster import ClusterConfig
 from heron.errors import UserError
 
@@ -44,3 +46,12 @@ def test_missing_gpus_are_named():
     with pytest.raises(PlacementError, match=r"2 GPU needed, 0 available"):
         check_placeable(plan, {"CPU": 8.0}, "the Ray cluster at auto")
     check_placeable(plan, {"CPU": 2.0, "GPU": 2.0}, "the Ray cluster at auto")  # exactly enough fits
+
+
+def test_local_ray_preflight_uses_the_config_alone():
+    # what `heron check` and RayExecutor call before any Ray exists
+    assert check_local_ray_placeable(ClusterConfig(backend="ray"), 2, False).num_bundles == 3
+    with pytest.raises(PlacementError, match=r"on a local Ray of cluster.num_cpus=2: 8 CPU needed, 2 available"):
+        check_local_ray_placeable(ClusterConfig(backend="ray", cpus_per_bundle=4.0), 1, False)
+    joined = ClusterConfig(backend="ray", address="auto", cpus_per_bundle=4.0)
+    assert check_local_ray_placeable(joined, 1, False).cpus_per_bundle == 4.0  # checked after connecting instead
