@@ -11,7 +11,6 @@ The first rollout of each mode (actor warm-up, no overlap yet) is excluded. The 
 
 from __future__ import annotations
 
-import os
 import statistics
 import tempfile
 import time
@@ -40,12 +39,12 @@ def _per_rollout(records: list[dict], wall_s: float) -> dict[str, float]:
 def main() -> None:
     import ray
 
+    from heron.cluster.ray_session import start_local_ray
     from heron.config.root import load_config
     from heron.loop import train
     from heron.toy.demo_assets import create_demo_assets
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    start_local_ray(num_cpus=2, log_to_driver=False)  # loopback only, no dashboard
     results = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:

@@ -10,7 +10,6 @@ placements. The first rollout (actor warm-up) is excluded. The last line is
 
 from __future__ import annotations
 
-import os
 import statistics
 import tempfile
 import time
@@ -56,11 +55,11 @@ def _rollout_s(cfg, measure_cycles: bool) -> tuple[float, dict[str, float]]:
 def main() -> None:
     import ray
 
+    from heron.cluster.ray_session import start_local_ray
     from heron.config.root import load_config
     from heron.toy.demo_assets import create_demo_assets
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    start_local_ray(num_cpus=2, log_to_driver=False)  # loopback only, no dashboard
     try:
         with tempfile.TemporaryDirectory() as tmp:
             assets = create_demo_assets(Path(tmp))

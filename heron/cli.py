@@ -10,6 +10,7 @@ from pathlib import Path
 
 from heron.config.base import ConfigError
 from heron.errors import ComponentError, RunError, UserError, describe_os_error
+from heron.interrupt import RunInterrupted
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -56,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     except ComponentError as e:  # a dead, hung or unplaceable actor or server (already shut down)
         print(f"heron: cluster error: {e}", file=sys.stderr)
         return 1
+    except RunInterrupted as e:  # Ctrl-C / SIGTERM, after the clean-up (heron.interrupt)
+        print(f"heron: {e}", file=sys.stderr)
+        return e.exit_code
     except RunError as e:  # the machine failed the run (disk full, I/O error): what and what is safe
         print(f"heron: error: {e}", file=sys.stderr)
         return 1
@@ -78,8 +82,21 @@ def cmd_train(args) -> int:
     load_run_hooks(cfg.hooks, cfg.reward)  # a wrong hook fails here, before torch is even imported
     from heron.loop import train
 
-    train(cfg)
+    try:
+        train(cfg)
+    except KeyboardInterrupt as e:  # Ctrl-C / SIGTERM before the run's exit path took over
+        raise _as_run_interrupted(e, cfg) from None
     return 0
+
+
+def _as_run_interrupted(error: KeyboardInterrupt, cfg) -> RunInterrupted:
+    from heron.checkpoint.layout import committed
+    from heron.interrupt import interrupt_signal
+
+    if isinstance(error, RunInterrupted):
+        return error
+    newest = next(iter(committed(Path(cfg.checkpoint.folder(cfg.run.dir)))), None)
+    return RunInterrupted(interrupt_signal(error), None, newest)
 
 
 def cmd_sft(args) -> int:

@@ -15,6 +15,7 @@ from heron.build import build_components
 from heron.components import Components
 from heron.config.base import to_dict
 from heron.config.root import HeronConfig
+from heron.interrupt import RunInterrupted, install_sigterm_handler, interrupt_signal, signals_held
 from heron.plugins.postprocess import apply_postprocess, checked_prompts
 from heron.records import RolloutBatch
 from heron.run_dir import hold_run_folders
@@ -25,14 +26,17 @@ from heron.weights.version import check_served_versions
 
 class RLRun:
     def __init__(self, cfg: HeronConfig):
+        install_sigterm_handler()  # SIGTERM unwinds like Ctrl-C (heron.interrupt)
         self.cfg = cfg
         self.run_dir = Path(cfg.run.dir)
+        self.rollout_id: int | None = None  # the rollout in progress, named if interrupted
         with ExitStack() as undo:  # a failure part-way stops the actors and releases the folders
             undo.enter_context(hold_run_folders(cfg))  # one run per folder: fails before any model is loaded
             self.c: Components = build_components(cfg)
-            undo.callback(self.c.close)
+            undo.callback(_with_signals_held, self.c.close)
             self.checkpointer = Checkpointer(cfg, self.run_dir)  # resume: checks fit, restores state
             self.start_rollout = self.checkpointer.resume(self.c)
+            self.rollout_id = self.start_rollout
             self.timings: dict[str, float] = {}
             if self.start_rollout > 0:
                 self.push_weights()  # the engine serves the restored policy, through the one push path
@@ -43,8 +47,15 @@ class RLRun:
     def __enter__(self) -> "RLRun":
         return self
 
-    def __exit__(self, exc_type, *exc) -> None:
-        failing = exc_type is not None  # then a later failure is logged, so the first error is the one reported
+    def __exit__(self, exc_type, exc, tb) -> None:
+        with signals_held() as held:  # a second Ctrl-C must not abandon actors or a save half-way
+            self._close(failing=exc_type is not None)
+        signum = interrupt_signal(exc) or next(iter(held), None)
+        if signum is not None:  # Ctrl-C / SIGTERM: one line in the CLI (heron.interrupt)
+            raise RunInterrupted(signum, self.rollout_id, self.checkpointer.last_checkpoint()) from None
+
+    def _close(self, failing: bool) -> None:
+        """``failing``: a later failure is logged, so the first error is the one reported."""
         try:  # waits for an async save in flight; raises its error unless already failing
             self.checkpointer.close(raise_error=not failing)
         except BaseException:
@@ -66,6 +77,7 @@ class RLRun:
         self.timings[f"time/{name}_s"] = time.perf_counter() - start
 
     def generate(self, rollout_id: int) -> RolloutBatch:
+        self.rollout_id = rollout_id
         self.timings = {"_start": time.perf_counter()}
         with self._timed("generate"):
             n = self.cfg.rollout.batch_size
@@ -132,6 +144,11 @@ class RLRun:
         }
         self.tracker.log_rollout(record)
         return record
+
+
+def _with_signals_held(close) -> None:
+    with signals_held():
+        close()
 
 
 def _write_config(cfg: HeronConfig, path: Path) -> None:

@@ -87,6 +87,12 @@ class Checkpointer:
             )
         return self.writer
 
+    def last_checkpoint(self) -> Path | None:
+        """The newest checkpoint this run committed, else the one it resumed from, else None."""
+        if self.writer is not None and self.writer.last_committed is not None:
+            return self.writer.last_committed
+        return self.resumed_from.path if self.resumed_from is not None else None
+
     def close(self, raise_error: bool = True) -> None:
         """End of run: waits for the save in flight and raises its error (or, while the run is
         already failing with another error, logs it so the first error is the one reported)."""

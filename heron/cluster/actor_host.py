@@ -9,28 +9,30 @@ is remote.
 from __future__ import annotations
 
 import os
-import socket
 from typing import Any, Callable
 
 import ray
 
 
-@ray.remote(concurrency_groups={"io": 1})
+@ray.remote(concurrency_groups={"io": 1})  # methods run one at a time, except the io group's (own thread)
 class ComponentHost:
     def __init__(self, name: str, num_threads: int = 1):
         import torch
 
+        from heron.cluster.rendezvous import pin_gloo_to_loopback
+
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        pin_gloo_to_loopback()  # before any gloo group: a local Ray's groups stay on 127.0.0.1
         torch.set_num_threads(max(1, num_threads))
         self.name = name
         self.component: Any = None
 
     def rendezvous_address(self) -> tuple[str, int]:
-        """This node's address and a free TCP port: the trainer group's rendezvous point."""
-        with socket.socket() as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        return ray.util.get_node_ip_address(), port
+        """A group's rendezvous point, served by this actor: this node's Ray address and a port
+        it now listens on (``heron.cluster.rendezvous``; the group's store takes it over)."""
+        from heron.cluster.rendezvous import open_listener
+
+        return open_listener()
 
     def build(self, builder: Callable, *args, **kwargs) -> str:
         self.component = builder(*args, **kwargs)

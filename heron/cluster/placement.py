@@ -5,19 +5,34 @@ engine e shares bundle ``e % world_size`` with a trainer rank (residency arbitra
 device). Disaggregated: ``world_size + num_engines`` bundles, engines on their own. Actors
 sharing a bundle split its resources evenly, so the group always fits the reservation.
 
-A placement group larger than the cluster waits forever in Ray: the reservation here is
-always waited with a deadline and fails with the sizes involved.
+Bundle size: ``cluster.cpus_per_bundle``, or with 0 (the default) the local Ray's
+``num_cpus`` split evenly over the bundles (1 CPU per bundle on a joined cluster), so the
+default plan always fits the default local Ray.
+
+A placement group larger than the cluster waits forever in Ray. ``check_placeable``
+compares the plan with the cluster's total resources before anything waits (for a local Ray
+from the config, before Ray starts; for a joined cluster right after connecting); the
+reservation itself is still waited with a deadline (resources taken by others, bundles that
+fit no single node).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import ray
-from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Mapping
 
 from heron.cluster.errors import ClusterError
+from heron.errors import UserError
+
+if TYPE_CHECKING:
+    from heron.config.cluster import ClusterConfig
+
+RESOURCE_UNIT = 1e-4  # Ray's resource granularity: requests are rounded to 4 decimals
+
+
+class PlacementError(ClusterError, UserError):
+    """The request exceeds what the cluster has: known before anything is reserved."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +50,13 @@ class PlacementPlan:
         num_bundles = world_size if colocate else world_size + num_engines
         return cls(num_bundles, trainer, engines, cpus_per_bundle, 1 if device == "cuda" else 0)
 
+    def total(self) -> dict[str, float]:
+        """Resources of the whole placement group, per kind."""
+        total = {"CPU": self.cpus_per_bundle * self.num_bundles}
+        if self.gpus_per_bundle:
+            total["GPU"] = float(self.gpus_per_bundle * self.num_bundles)
+        return total
+
     def bundles(self) -> list[dict[str, float]]:
         bundle = {"CPU": self.cpus_per_bundle}
         if self.gpus_per_bundle:
@@ -46,8 +68,59 @@ class PlacementPlan:
         return 1.0 / (self.trainer_bundles + self.engine_bundles).count(bundle)
 
 
+def plan_for(cfg: "ClusterConfig", world_size: int, colocate: bool) -> PlacementPlan:
+    """The run's plan; ``cpus_per_bundle=0`` resolves to ``bundle_cpus``."""
+    plan = PlacementPlan.build(world_size, cfg.num_engines, colocate, cfg.cpus_per_bundle, cfg.device)
+    if cfg.cpus_per_bundle == 0:
+        plan = replace(plan, cpus_per_bundle=bundle_cpus(cfg, plan.num_bundles))
+    return plan
+
+
+def bundle_cpus(cfg: "ClusterConfig", num_bundles: int) -> float:
+    """Automatic bundle size: a local Ray's ``num_cpus`` split evenly over the bundles, rounded
+    down to Ray's unit so that the bundles' sum never exceeds it (2 CPUs, 3 bundles -> 0.6666
+    each); 1 CPU per bundle on a joined cluster (its size is unknown before connecting)."""
+    if cfg.address:
+        return 1.0
+    return _round_down(cfg.num_cpus / num_bundles)
+
+
+def local_resources(cfg: "ClusterConfig") -> dict[str, float]:
+    """Total resources of the local Ray heron starts (``cluster.address`` empty)."""
+    return {"CPU": float(cfg.num_cpus)}
+
+
+def check_placeable(plan: PlacementPlan, resources: Mapping[str, float], where: str) -> None:
+    """Raises ``PlacementError`` (one line: the numbers and the fix) when the plan's total
+    exceeds the cluster's ``resources`` (``ray.cluster_resources()``, or ``local_resources``);
+    ``where`` names the cluster in the message. Pure: no Ray needed."""
+    short = {kind: (need, resources.get(kind, 0.0)) for kind, need in plan.total().items()
+             if need > resources.get(kind, 0.0) + RESOURCE_UNIT / 2}
+    if not short:
+        return
+    needs = ", ".join(f"{need:g} {kind} needed, {have:g} available" for kind, (need, have) in short.items())
+    raise PlacementError(
+        f"cannot place {plan.num_bundles} bundles x {plan.bundles()[0]} on {where}: {needs}; "
+        f"lower cluster.cpus_per_bundle (0 = split the local Ray's CPUs evenly), train.world_size or "
+        f"cluster.num_engines, set colocate=true (fewer bundles), or give the cluster more "
+        f"(cluster.num_cpus for a local Ray)"
+    )
+
+
+def check_local_ray_placeable(cfg: "ClusterConfig", world_size: int, colocate: bool) -> PlacementPlan:
+    """The pre-flight of a run on a local Ray (``cluster.address`` empty): its plan, checked
+    against the Ray heron would start -- no Ray needed (``heron check`` and ``RayExecutor``)."""
+    plan = plan_for(cfg, world_size, colocate)
+    if not cfg.address:
+        check_placeable(plan, local_resources(cfg), f"a local Ray of cluster.num_cpus={cfg.num_cpus}")
+    return plan
+
+
 def reserve(plan: PlacementPlan, timeout_s: float):
     """Creates the placement group and waits at most ``timeout_s`` for all bundles."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
     group = placement_group(plan.bundles(), strategy="PACK")
     ready, _ = ray.wait([group.ready()], timeout=timeout_s)
     if not ready:
@@ -61,11 +134,18 @@ def reserve(plan: PlacementPlan, timeout_s: float):
 
 
 def actor_options(plan: PlacementPlan, group, bundle: int) -> dict:
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
     share = plan.share(bundle)
     options = {
-        "num_cpus": plan.cpus_per_bundle * share,
+        "num_cpus": _round_down(plan.cpus_per_bundle * share),
         "scheduling_strategy": PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=bundle),
     }
     if plan.gpus_per_bundle:
         options["num_gpus"] = plan.gpus_per_bundle * share
     return options
+
+
+def _round_down(amount: float) -> float:
+    """To Ray's unit, so actors sharing a bundle never ask for more than it holds."""
+    return round(math.floor(amount / RESOURCE_UNIT + 1e-6) * RESOURCE_UNIT, 4)

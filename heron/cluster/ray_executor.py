@@ -1,7 +1,9 @@
 """``RayExecutor``: engines and trainer ranks as ``ComponentHost`` actors on the bundles of one
 placement group (see ``heron.cluster.placement`` for colocated vs disaggregated).
 
-Start-up order: Ray -> placement group (deadline ``startup_timeout_s``) -> engine actors ->
+Start-up order: placement check (a local Ray's size is known from the config, so an
+unplaceable request fails before Ray starts) -> Ray -> placement check against the running
+cluster's resources -> placement group (deadline ``startup_timeout_s``) -> engine actors ->
 trainer rank actors (rank 0 names the rendezvous address; all ranks join the gloo/nccl group
 concurrently). Everything created is recorded so ``close`` can remove it, also after a
 failure half-way through start-up. Actors receive only their specs, never the run's config.
@@ -18,8 +20,8 @@ from ray.util.placement_group import remove_placement_group
 
 from heron.cluster.actor_host import ComponentHost
 from heron.cluster.engine_group import RemoteEngine
-from heron.cluster.placement import PlacementPlan, actor_options, reserve
-from heron.cluster.ray_session import exit_on_sigterm, start_ray
+from heron.cluster.placement import actor_options, check_local_ray_placeable, check_placeable, plan_for, reserve
+from heron.cluster.ray_session import start_ray
 from heron.cluster.remote_call import ActorRef, wait_all
 from heron.cluster.remote_residency import attach_remote_residency
 from heron.cluster.trainer_group import RankSpec, TrainerGroup, build_trainer_rank
@@ -43,7 +45,6 @@ class RaySettings:
     residency: ResidencySettings
     weight_dir: str
 
-
 class RayExecutor:
     def __init__(self, settings: RaySettings):
         self.settings = settings
@@ -52,14 +53,16 @@ class RayExecutor:
         self.engines: list[ActorRef] = []
         self.group = None
         self.closed = False
+        world, colocate = settings.train.world_size, settings.colocate
+        if ray.is_initialized():  # Ray is already there: checked against its real resources below
+            self.plan = plan_for(self.cluster, world, colocate)
+        else:  # a local Ray's size is known from the config: fail before starting it
+            self.plan = check_local_ray_placeable(self.cluster, world, colocate)
         self.started_ray = start_ray(self.cluster)
         atexit.register(self.close)
-        exit_on_sigterm()
-        self.plan = PlacementPlan.build(
-            settings.train.world_size, self.cluster.num_engines, settings.colocate, self.cluster.cpus_per_bundle,
-            self.cluster.device,
-        )
         try:
+            where = f"the Ray cluster at {self.cluster.address}" if self.cluster.address else "the running Ray"
+            check_placeable(self.plan, ray.cluster_resources(), where)
             self.group = reserve(self.plan, self.cluster.startup_timeout_s)
         except BaseException:
             self.close()

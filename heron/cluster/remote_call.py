@@ -3,11 +3,13 @@
 
 Waiting uses ``ray.wait`` one result at a time, so the first failure among several actors
 (e.g. one trainer rank died while the others block in a collective) surfaces at once rather
-than after the survivors time out.
+than after the survivors time out. A rank whose collective hits the process group's timeout
+(``cluster.collective_timeout_s``) names the ranks still inside the call: they never joined.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -57,8 +59,16 @@ def wait_all(pending: list[tuple[ActorRef, "ray.ObjectRef"]], what: str, timeout
             )
         ref = ready[0]
         actor = pending[index[ref]][0]
-        results[index[ref]] = _get(actor, ref, what)
+        try:
+            results[index[ref]] = _get(actor, ref, what)
+        except _CollectiveTimeout as timeout:
+            raise _collective_error(actor, what, [pending[index[r]][0].name for r in remaining], timeout.cause) from None
     return results
+
+
+class _CollectiveTimeout(Exception):
+    def __init__(self, cause: BaseException):
+        self.cause = cause
 
 
 def _get(actor: ActorRef, ref: "ray.ObjectRef", what: str) -> Any:
@@ -68,4 +78,25 @@ def _get(actor: ActorRef, ref: "ray.ObjectRef", what: str) -> Any:
         cause = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ClusterError(f"{actor.name} died during '{what}': {cause}") from None
     except ray.exceptions.RayTaskError as e:
+        if is_collective_timeout(e.cause):
+            raise _CollectiveTimeout(e.cause) from None
         raise e.as_instanceof_cause() from None
+
+
+COLLECTIVE_TIMEOUTS = ("Timed out waiting", "collective operation timeout")  # gloo, nccl watchdog
+
+
+def is_collective_timeout(error: BaseException | None) -> bool:
+    """A torch.distributed collective that hit the process group's timeout."""
+    return isinstance(error, RuntimeError) and any(marker in str(error) for marker in COLLECTIVE_TIMEOUTS)
+
+
+def _collective_error(actor: ActorRef, what: str, still_running: list[str], cause: BaseException) -> ClusterError:
+    """Names the ranks that never joined: those still inside the call when a peer's collective
+    timed out (the one that timed out is waiting for them)."""
+    detail = re.sub(r"^\[[^\]]*\]\s*", "", str(cause).strip().splitlines()[0])  # drop gloo's "[file.cc:line]"
+    culprits = f"{', '.join(still_running)} never joined (hung or dead)" if still_running else "a peer never joined"
+    return ClusterError(
+        f"{actor.name}: a collective in '{what}' did not complete within cluster.collective_timeout_s: "
+        f"{culprits}; {detail}"
+    )

@@ -49,12 +49,12 @@ class RankSpec:
 def build_trainer_rank(spec: RankSpec, rank: int, master_addr: str, master_port: int):
     """Runs inside a trainer actor: joins the process group, then builds the same trainer as
     the local executor (``heron.trainer.build``), made data-parallel from outside."""
+    from heron.cluster.rendezvous import make_store
     from heron.parallel.data_parallel import apply_data_parallel, init_process_group
     from heron.parallel.dp_trainer import DataParallelTrainer
 
-    init_process_group(
-        rank, spec.world_size, master_addr, master_port, device=spec.device, timeout_s=spec.collective_timeout_s,
-    )
+    store = make_store(master_addr, master_port, rank, spec.world_size, spec.collective_timeout_s)
+    init_process_group(rank, spec.world_size, store, device=spec.device, timeout_s=spec.collective_timeout_s)
     torch.manual_seed(spec.trainer.seed)
     return build_trainer(
         spec.trainer, parallelize=partial(apply_data_parallel, kind=spec.parallel), trainer_cls=DataParallelTrainer,

@@ -19,7 +19,11 @@ class ClusterConfig:
     num_cpus: int = doc("CPUs of the local Ray started when address is empty (keep small on shared machines).", 2)
     num_engines: int = doc("Rollout engine actors (ray backend); requests are split evenly across them.", 1)
     device: Literal["cpu", "cuda"] = doc("Device kind of each bundle: cpu (gloo) or cuda (nccl, one GPU per bundle).", "cpu")
-    cpus_per_bundle: float = doc("CPUs reserved by each placement bundle (one bundle per device).", 1.0)
+    cpus_per_bundle: float = doc(
+        "CPUs reserved by each placement bundle (one bundle per device); 0 = automatic: a local Ray's "
+        "num_cpus split evenly over the bundles, 1 per bundle on a joined cluster.",
+        0.0,
+    )
     weight_transport: Literal["object_store", "disk", "broadcast"] = doc(
         "Weight push: numpy arrays through Ray's object store, a safetensors folder on disk, or a "
         "torch.distributed broadcast from trainer rank 0 to the engines.",
@@ -38,7 +42,7 @@ class ClusterConfig:
         )
         check(self.num_cpus >= 1, f"cluster.num_cpus must be >= 1, got {self.num_cpus}")
         check(self.num_engines >= 1, f"cluster.num_engines must be >= 1, got {self.num_engines}")
-        check(self.cpus_per_bundle > 0, f"cluster.cpus_per_bundle must be > 0, got {self.cpus_per_bundle}")
+        check(self.cpus_per_bundle >= 0, f"cluster.cpus_per_bundle must be >= 0 (0 = automatic), got {self.cpus_per_bundle}")
         for key in ("call_timeout_s", "collective_timeout_s", "startup_timeout_s"):
             value = getattr(self, key)
             check(value > 0, f"cluster.{key} must be > 0 seconds, got {value}")

@@ -21,13 +21,12 @@ import torch.distributed as dist
 ParallelKind = Literal["fsdp2", "ddp"]
 
 
-def init_process_group(
-    rank: int, world_size: int, master_addr: str, master_port: int, *, device: str = "cpu", timeout_s: float = 300.0
-) -> None:
-    """Joins the trainer group; ``timeout_s`` bounds the rendezvous and every later collective."""
+def init_process_group(rank: int, world_size: int, store, *, device: str = "cpu", timeout_s: float = 300.0) -> None:
+    """Joins the trainer group through ``store`` (a ``TCPStore``, see ``heron.cluster.rendezvous``);
+    ``timeout_s`` bounds the rendezvous and every later collective."""
     dist.init_process_group(
         backend="nccl" if device == "cuda" else "gloo",
-        init_method=f"tcp://{master_addr}:{master_port}",
+        store=store,
         rank=rank,
         world_size=world_size,
         timeout=timedelta(seconds=timeout_s),

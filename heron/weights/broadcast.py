@@ -47,10 +47,11 @@ def joined_group() -> "WeightBroadcastGroup":
 
 class WeightBroadcastGroup:
     def __init__(self, addr: str, port: int, rank: int, size: int, timeout_s: float):
-        timeout = timedelta(seconds=timeout_s)
+        from heron.cluster.rendezvous import make_store
+
         self.rank = rank
-        self.store = dist.TCPStore(addr, port, size, is_master=rank == 0, timeout=timeout)
-        self.group = dist.ProcessGroupGloo(self.store, rank, size, timeout)
+        self.store = make_store(addr, port, rank, size, timeout_s)  # served on rank 0's listener
+        self.group = dist.ProcessGroupGloo(self.store, rank, size, timedelta(seconds=timeout_s))
 
     def _broadcast(self, flat: torch.Tensor) -> None:
         options = dist.BroadcastOptions()

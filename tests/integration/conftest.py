@@ -1,9 +1,8 @@
-"""Integration fixtures: one small Ray (num_cpus=2, no dashboard) shared across tests, always
-shut down at the end, also when a test fails."""
+"""Integration fixtures: one small Ray (num_cpus=2, no dashboard, loopback only: heron's own
+local start) shared across tests, always shut down at the end, also when a test fails."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -22,9 +21,10 @@ def ray_session(_ray_shutdown_at_end):
     that owns its own Ray shut it down); shut down at the end of the session, also on failure."""
     import ray
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    from heron.cluster.ray_session import start_local_ray
+
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        start_local_ray(num_cpus=2, log_to_driver=False)
     return ray
 
 

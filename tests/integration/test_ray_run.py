@@ -3,6 +3,8 @@ evaluates through the engine actor, and leaves no Ray behind -- also when interr
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import ray
 
@@ -49,18 +51,41 @@ def test_interrupt_shuts_ray_down(no_ray, toy_model_dir, toy_data_path, tmp_path
     assert not started
 
 
-@pytest.mark.portability
-def test_cli_exits_nonzero_naming_the_problem_and_stops_ray(no_ray, toy_model_dir, toy_data_path, tmp_path, capsys):
-    """A placement group the cluster cannot hold: `heron train` fails within the start-up
-    deadline with the sizes involved, exit status 1, and leaves no Ray running."""
+def test_unplaceable_local_request_fails_before_ray_starts(no_ray, toy_model_dir, toy_data_path, tmp_path, capsys, monkeypatch):
+    """A placement group larger than the local Ray: `heron train` fails at once (no Ray is
+    started, the start-up deadline is never waited), one line with the numbers, exit 2."""
     from heron.cli import main
 
+    inits = []
+    real_init = ray.init
+    monkeypatch.setattr(ray, "init", lambda *a, **k: inits.append(k) or real_init(*a, **k))  # a spy: calls through
     overrides = [
         f"model.path={toy_model_dir}", f"data.path={toy_data_path}", "eval.path=", f"run.dir={tmp_path}",
-        "cluster.backend=ray", "cluster.cpus_per_bundle=4", "cluster.startup_timeout_s=3", "tracking.progress=false", "checkpoint.enabled=false",
+        "cluster.backend=ray", "cluster.cpus_per_bundle=4", "cluster.startup_timeout_s=600", "tracking.progress=false",
+        "checkpoint.enabled=false",
     ]
     status = main(["train", *overrides])
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert status == 1
-    assert err.startswith("heron: cluster error: placement group of 2 bundles x {'CPU': 4.0} was not ready within 3s")
-    assert not ray.is_initialized()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2
+    assert err[-1].startswith(
+        "heron: error: cannot place 2 bundles x {'CPU': 4.0} on a local Ray of cluster.num_cpus=2: 8 CPU needed, 2 available;"
+    )
+    assert inits == [] and not ray.is_initialized()
+
+
+def test_unplaceable_request_on_a_running_ray_fails_right_after_connecting(ray_session, toy_model_dir, toy_data_path, tmp_path):
+    """Ray already running (as on a joined cluster): compared with ``ray.cluster_resources()``
+    before reserving, so the error comes without waiting ``startup_timeout_s`` (600 s here)."""
+    from heron.cluster.placement import PlacementError
+    from heron.build import build_executor
+
+    cfg = load_config(None, [
+        f"model.path={toy_model_dir}", f"data.path={toy_data_path}", "cluster.backend=ray", "train.world_size=2",
+        "rollout.batch_size=2", "cluster.cpus_per_bundle=1", "cluster.startup_timeout_s=600",
+    ])
+    start = time.monotonic()
+    with pytest.raises(PlacementError, match=r"cannot place 3 bundles x \{'CPU': 1.0\} on the running Ray: 3 CPU needed, 2 available"):
+        build_executor(cfg)
+    elapsed = time.monotonic() - start
+    assert elapsed < cfg.cluster.startup_timeout_s / 10, f"took {elapsed:.1f}s: the deadline was waited"
+    assert ray.is_initialized()  # a Ray heron did not start is left running

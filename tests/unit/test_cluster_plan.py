@@ -78,5 +78,6 @@ def test_cluster_config_rules():
         load_config(None, [*base, "cluster.backend=ray", "colocate=true", "cluster.num_engines=2"])
     with pytest.raises(ConfigError, match="call_timeout_s must be > 0"):
         load_config(None, [*base, "cluster.call_timeout_s=0"])
+    assert load_config(None, [*base, "cluster.backend=ray", "checkpoint.hf_export=true"]).checkpoint.hf_export
     cfg = load_config(None, [*base, "train.world_size=2", "cluster.backend=ray", "train.parallel=ddp"])
     assert (cfg.train.world_size, cfg.train.parallel, cfg.colocate) == (2, "ddp", False)
