@@ -28,6 +28,7 @@ import torch
 
 from heron.checkpoint import dcp_io
 from heron.checkpoint.errors import AsyncSaveError
+from heron.checkpoint.finite import check_finite_state
 from heron.checkpoint.fingerprint import model_fingerprint, optimizer_fingerprint
 from heron.checkpoint.hf_export import HF_FOLDER, HF_META, write_hf_folder, write_hf_meta
 from heron.checkpoint.layout import checkpoint_name, commit, remove_leftovers, temp_folder, write_file_durably
@@ -83,6 +84,7 @@ class CheckpointWriter:
         self._staged.clear()
         try:
             live = dcp_io.live_state(model, optimizer)
+            check_finite_state(live, checkpoint_name(rollout_id))  # raises before anything is written
             fingerprint = {
                 **run_state.get("fingerprint", {}),
                 "model": model_fingerprint(live["model"]),

@@ -18,9 +18,12 @@ import torch.distributed as dist
 def save_rank_shards(trainer, temp: str) -> tuple[dict, dict, dict]:
     """On every rank: (fingerprint, {file: crc32} of this rank's files, trainer state)."""
     from heron.checkpoint import dcp_io
+    from heron.checkpoint.finite import check_finite_state
     from heron.checkpoint.fingerprint import model_fingerprint, optimizer_fingerprint
 
     live = dcp_io.live_state(trainer.model, trainer.optimizer)
+    # every rank checks its shards; all raise together, before any rank writes a file
+    check_finite_state(live, Path(temp).name.partition(".tmp-")[0], process_group=dist.group.WORLD)
     fingerprint = {
         "model": model_fingerprint(live["model"]),
         "optimizer": optimizer_fingerprint(trainer.optimizer, live["optimizer"]),
