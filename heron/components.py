@@ -11,49 +11,28 @@ from heron.algo.advantages import ADVANTAGE_ESTIMATORS
 from heron.cluster.executor import Executor, build_executor
 from heron.config.residency import resolve_offload
 from heron.config.root import HeronConfig
-from heron.data.dataset import load_prompts
 from heron.data.source import PromptDataSource
 from heron.evaluator import EvalSuite, Evaluator
 from heron.plugins.hooks import DataSource
-from heron.plugins.run_hooks import RunHooks, load_run_hooks
+from heron.plugins.run_hooks import RunHooks
+from heron.preflight import preflight
+from heron.preflight.model_folder import load_tokenizer  # noqa: F401 -- importable from here, as before
 from heron.residency.coordinator import Coordinator
 from heron.residency.wiring import ResidencySettings, attach_residency
 from heron.reward.scorer import RewardScorer
 from heron.rollout.embedded import EmbeddedEngine
 from heron.rollout.engine import RolloutEngine
 from heron.rollout.generator import RolloutGenerator
-from heron.rollout.prompt_format import PromptFormatter
 from heron.trainer.objectives import PolicyObjective
 from heron.trainer.policy_trainer import PolicyTrainer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def load_tokenizer(path: str):
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(path)
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
-    return tok
-
-
 def load_model(path: str, dtype: str) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
-
-
-def check_inputs(cfg: HeronConfig) -> None:
-    """Fails fast, before any compute, on missing files."""
-    from heron.config.base import ConfigError
-
-    if not (Path(cfg.model.path) / "config.json").is_file():
-        raise ConfigError(f"model.path '{cfg.model.path}' is not an HF model folder (no config.json)")
-    paths = [("data.path", cfg.data.path)] + [(f"eval.sets.{k}" if k else "eval.path", v) for k, v in cfg.eval.named_paths.items()]
-    for key, path in paths:
-        if path and not Path(path).exists():
-            raise ConfigError(f"{key} '{path}' does not exist")
 
 
 @dataclass
@@ -82,13 +61,14 @@ class Components:
 
 
 def build_components(cfg: HeronConfig) -> Components:
-    check_inputs(cfg)
-    hooks = load_run_hooks(cfg)  # user code is loaded and checked before anything heavy
-    data_source = (hooks.data_source or PromptDataSource)(cfg.data, cfg.run.seed)
-    eval_sets = {name: load_prompts(path, cfg.data) for name, path in cfg.eval.named_paths.items()} if cfg.eval.enabled else {}
+    report = preflight(cfg)  # hooks, folders, model folder, data: every check before anything heavy
+    hooks, tokenizer, formatter = report.hooks, report.model.tokenizer, report.formatter
+    if hooks.data_source is not None:
+        data_source = hooks.data_source(cfg.data, cfg.run.seed)
+    else:
+        data_source = PromptDataSource(cfg.data, cfg.run.seed, dataset=report.train_data)
+    eval_sets = {name: dataset.prompts for name, dataset in report.eval_sets.items()}
     torch.manual_seed(cfg.run.seed)
-    tokenizer = load_tokenizer(cfg.model.path)
-    formatter = PromptFormatter(tokenizer, cfg.data.apply_chat_template)
     scorer = RewardScorer(hooks.reward_fn, cfg.reward, hooks.reward_scope)
     executor = build_executor(cfg)  # local: this process; ray: actors (heron.cluster)
     try:

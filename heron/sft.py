@@ -10,11 +10,11 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from heron.components import check_inputs, load_model, load_tokenizer
+from heron.components import load_model
 from heron.config.root import HeronConfig
 from heron.config.train import TrainConfig
-from heron.data.dataset import load_prompts
 from heron.data.sampler import EpochSampler
+from heron.preflight import preflight_sft
 from heron.records import Prompt, Sample
 from heron.rollout.prompt_format import PromptFormatter
 from heron.trainer.batch import collate
@@ -39,19 +39,10 @@ def supervised_sample(prompt: Prompt, formatter: PromptFormatter, eos_id: int, s
 
 def run_sft(cfg: HeronConfig, progress: bool = True) -> Path:
     """Trains ``sft.num_steps`` steps and writes the model + tokenizer to the SFT output folder."""
-    from heron.config.base import ConfigError
-
-    check_inputs(cfg)
-    if not (cfg.sft.path or cfg.data.path):
-        raise ConfigError("heron sft needs supervised examples: set sft.path or data.path")
-    if sft_output_dir(cfg).exists():  # never overwrite a model someone saved
-        raise ConfigError(f"sft output '{sft_output_dir(cfg)}' already exists; set sft.output=<new folder> or remove it")
+    model, formatter, examples = preflight_sft(cfg, sft_output_dir(cfg))  # one-line errors before the model loads
+    tokenizer = model.tokenizer
     torch.manual_seed(cfg.run.seed)
-    tokenizer = load_tokenizer(cfg.model.path)
-    formatter = PromptFormatter(tokenizer, cfg.data.apply_chat_template)
-    sampler = EpochSampler(
-        load_prompts(cfg.sft.path or cfg.data.path, cfg.data), seed=cfg.run.seed
-    )
+    sampler = EpochSampler(examples.prompts, seed=cfg.run.seed)
     train_cfg = TrainConfig(
         lr=cfg.sft.lr, warmup_steps=max(1, cfg.sft.num_steps // 20), lr_schedule="cosine",
         micro_batch_size=cfg.sft.batch_size, recompute_old_logprobs=False, grad_clip=1.0,

@@ -33,12 +33,14 @@ def apply_postprocess(fn: Callable[..., Any] | None, config: HooksConfig, batch:
 
 
 def checked_prompts(prompts: Any, cfg: HeronConfig) -> list[Prompt]:
-    """The data source's answer to get_samples(rollout.batch_size): exactly that many Prompts."""
+    """The data source's answer to get_samples(rollout.batch_size): exactly that many Prompts,
+    none of them empty (a user data source's prompts are not seen by the pre-flight)."""
     n = cfg.rollout.batch_size
+    source = cfg.hooks.data_source or "PromptDataSource"
     if not isinstance(prompts, list) or len(prompts) != n or not all(isinstance(p, Prompt) for p in prompts):
         found = f"{len(prompts)} items" if isinstance(prompts, list) else type(prompts).__name__
-        raise HookOutputError(
-            f"data source {cfg.hooks.data_source or 'PromptDataSource'!r}: get_samples({n}) returned {found}, "
-            f"expected a list of {n} Prompt records"
-        )
+        raise HookOutputError(f"data source {source!r}: get_samples({n}) returned {found}, expected a list of {n} Prompt records")
+    empty = [p.prompt_id for p in prompts if not p.text.strip() and not p.messages]
+    if empty:
+        raise HookOutputError(f"data source {source!r}: get_samples({n}) returned empty prompts (prompt_id {empty[:4]})")
     return prompts
