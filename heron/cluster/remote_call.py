@@ -15,6 +15,7 @@ from typing import Any
 import ray
 
 from heron.cluster.errors import ClusterError
+from heron.errors import UserError
 
 
 @dataclass
@@ -76,4 +77,6 @@ def _get(actor: ActorRef, ref: "ray.ObjectRef", what: str) -> Any:
         cause = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ClusterError(f"{actor.name} died during '{what}': {cause}") from None
     except ray.exceptions.RayTaskError as e:
+        if isinstance(e.cause, UserError):  # found in the actor (a bad checkpoint, a non-finite loss): its one
+            raise e.cause from None  # line, not Ray's traceback text around it
         raise e.as_instanceof_cause() from None
