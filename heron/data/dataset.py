@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from heron.config.data import DataConfig
@@ -50,8 +50,3 @@ def load_dataset(path: str | Path, cfg: DataConfig) -> PromptDataset:
         raise DataError(f"dataset '{path}' has no usable rows" + (f" ({len(bad)} bad)" if bad else ""))
     return PromptDataset(str(path), prompts, bad, wheres)
 
-
-def load_prompts(path: str | Path, cfg: DataConfig | None = None, **keys: str) -> list[Prompt]:
-    """The prompts of ``path`` read with ``cfg`` (``keys`` override e.g. prompt_key, label_key)."""
-    cfg = replace(cfg or DataConfig(), path=str(path), **keys)
-    return load_dataset(path, cfg).prompts
