@@ -28,8 +28,9 @@ class NonFiniteStateError(CheckpointError):
 
 def check_finite_state(state: dict[str, Any], name: str, process_group: dist.ProcessGroup | None = None) -> None:
     """Raises ``NonFiniteStateError`` naming the first tensor of ``state`` (model first, then
-    optimizer) with an inf or nan; ``name`` is the checkpoint's (``rollout-000012``). With ``process_group`` every rank checks its shards and all
-    ranks raise together (a collective: every rank must call it)."""
+    optimizer) with an inf or nan; ``name`` is the checkpoint's (``rollout-000012``). With
+    ``process_group`` every rank checks its shards and all ranks raise together (a collective:
+    every rank must call it)."""
     bad = nonfinite_tensors(state)
     anywhere = len(bad)
     if process_group is not None:

@@ -56,7 +56,10 @@ def load_tokenizer(path: str):
             f"tokenizer.json are missing); save the tokenizer into the folder with tokenizer.save_pretrained"
         )
     if tok.eos_token_id is None:
-        raise ConfigError(f"model.path '{path}': the tokenizer has no eos_token, so answers could never stop; set eos_token in tokenizer_config.json")
+        raise ConfigError(
+            f"model.path '{path}': the tokenizer has no eos_token, so answers could never stop; "
+            f"set eos_token in tokenizer_config.json"
+        )
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok

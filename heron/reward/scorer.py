@@ -2,15 +2,18 @@
 eval answers), isolating failures.
 
 One reward function, called per sample, per group or per batch (``reward.scope``), sync or
-async. Sync calls run inline, or on ``reward.max_concurrency`` threads when that is > 1 or
-``reward.timeout_s`` is set; async calls run as concurrent tasks on one event loop. A call
-that raises, times out (``reward.timeout_s``, finite by default), or returns something that
-is not one finite real number per response (bool, int, float or a numpy scalar; a group or
-batch call: a list, tuple or 1-D array of them, one per response) is a failure of every
-sample it covered; nothing is coerced (``"1.0"`` is not a reward, and ``"10"`` is not two): with ``reward.on_error=fail`` the run stops with the
-sample id; with ``penalize`` those samples get ``reward.failure_value`` and the failure is
-counted (``reward/num_errors`` in the metrics: the latest training batch's count; eval
-reports its own, ``eval/.../reward_errors``) and logged with the sample id.
+async. Sync calls run inline only when ``reward.timeout_s=0`` and ``reward.max_concurrency=1``;
+otherwise each runs on a thread of its own (~0.2 ms per call on two busy cores), so its
+deadline can be kept. Async calls run as concurrent tasks on one event loop.
+
+A call fails when it raises, runs past ``reward.timeout_s`` (60 s by default), or returns
+anything but one finite real number per response. A real number is a bool, int, float or
+numpy scalar; a group or batch call returns a list, tuple or 1-D array of them, one per
+response. Nothing is coerced: ``"1.0"`` is not a reward, and ``"10"`` is not two. A failure
+fails every sample the call covered. With ``reward.on_error=fail`` the run stops and names the
+sample. With ``penalize`` those samples get ``reward.failure_value``, and the failure is logged
+with the sample id and counted: ``reward/num_errors`` counts the latest training batch, and
+eval reports its own ``eval/.../reward_errors``.
 
 A timed-out sync call cannot be killed (Python threads cannot be): its thread is abandoned
 and finishes in the background; the run moves on.
