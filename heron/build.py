@@ -2,8 +2,8 @@
 sections (``EngineSpec``, ``TrainerSpec``, ``ResidencySettings``, ...). Nothing below this
 module sees the whole ``HeronConfig``; rank and engine actors receive only their specs.
 
-Order: inputs are checked and hooks loaded (user code fails in seconds, before anything heavy),
-then data, tokenizer, the executor with the engine and the trainer (where they run decides
+Order: the pre-flight (``heron.preflight``: hooks, paths, writable folders, model folder, data
+and prompt lengths; user errors fail in seconds, before anything heavy), then the executor with the engine and the trainer (where they run decides
 nothing else), their residency, and the stages that use them.
 """
 
@@ -15,35 +15,17 @@ import torch
 
 from heron.cluster.executor import Executor, LocalExecutor
 from heron.components import Components
-from heron.config.base import ConfigError
 from heron.config.residency import resolve_offload
 from heron.config.root import HeronConfig
-from heron.data.dataset import load_prompts
 from heron.data.source import PromptDataSource
 from heron.evaluator import EvalSuite, Evaluator
-from heron.models import load_tokenizer
 from heron.plugins.hooks import DataSource
-from heron.plugins.run_hooks import load_run_hooks
+from heron.preflight import PreflightReport, preflight
 from heron.residency.wiring import ResidencySettings
 from heron.reward.scorer import RewardScorer
 from heron.rollout.generator import RolloutGenerator
-from heron.rollout.prompt_format import PromptFormatter
 from heron.rollout.registry import EngineSpec
 from heron.trainer.build import TrainerSpec
-
-
-def check_inputs(cfg: HeronConfig) -> None:
-    """Fails fast, before any compute, on missing files and unknown backends."""
-    from heron.rollout.registry import ENGINE_BUILDERS
-
-    if cfg.engine.kind not in ENGINE_BUILDERS:
-        raise ConfigError(f"engine.kind={cfg.engine.kind!r} is not a registered engine; use one of {', '.join(sorted(ENGINE_BUILDERS))}")
-    if not (Path(cfg.model.path) / "config.json").is_file():
-        raise ConfigError(f"model.path '{cfg.model.path}' is not an HF model folder (no config.json)")
-    paths = [("data.path", cfg.data.path)] + [(f"eval.sets.{k}" if k else "eval.path", v) for k, v in cfg.eval.named_paths.items()]
-    for key, path in paths:
-        if path and not Path(path).exists():
-            raise ConfigError(f"{key} '{path}' does not exist")
 
 
 def engine_spec(cfg: HeronConfig, pad_token_id: int) -> EngineSpec:
@@ -73,14 +55,17 @@ def build_executor(cfg: HeronConfig) -> Executor:
     return RayExecutor(RaySettings(cfg.cluster, cfg.train, cfg.colocate, residency_settings(cfg), weight_dir))
 
 
-def build_components(cfg: HeronConfig) -> Components:
-    check_inputs(cfg)
-    hooks = load_run_hooks(cfg.hooks, cfg.reward)  # user code is loaded and checked before anything heavy
-    data_source = (hooks.data_source or PromptDataSource)(cfg.data, cfg.run.seed)
-    eval_sets = {name: load_prompts(path, cfg.data) for name, path in cfg.eval.named_paths.items()} if cfg.eval.enabled else {}
+def build_components(cfg: HeronConfig, report: PreflightReport | None = None) -> Components:
+    """``report``: the pre-flight's result if the caller ran it already (``RLRun`` does, before it
+    locks ``run.dir``); else it runs here, before anything heavy."""
+    report = report or preflight(cfg)
+    hooks, tokenizer, formatter = report.hooks, report.model.tokenizer, report.formatter
+    if hooks.data_source is not None:
+        data_source = hooks.data_source(cfg.data, cfg.run.seed)
+    else:
+        data_source = PromptDataSource(cfg.data, cfg.run.seed, dataset=report.train_data)
+    eval_sets = {name: dataset.prompts for name, dataset in report.eval_sets.items()}
     torch.manual_seed(cfg.run.seed)
-    tokenizer = load_tokenizer(cfg.model.path)
-    formatter = PromptFormatter(tokenizer, cfg.data.apply_chat_template)
     scorer = RewardScorer(hooks.reward_fn, cfg.reward, hooks.reward_scope)
     executor = build_executor(cfg)  # local: this process; ray: actors (heron.cluster)
     try:

@@ -107,13 +107,12 @@ def cmd_sft(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from heron.build import check_inputs
-    from heron.plugins.run_hooks import load_run_hooks
+    from heron.preflight import preflight
 
     cfg = _load(args)
-    check_inputs(cfg)
-    load_run_hooks(cfg.hooks, cfg.reward)
+    report = preflight(cfg)  # the same checks as `heron train` before it loads the model
     print(f"config ok: {cfg.rollout.num_rollouts} rollouts x {cfg.rollout.num_samples} samples -> {cfg.run.dir}")
+    print("\n".join(report.lines))
     return 0
 
 

@@ -27,12 +27,12 @@ class Evaluator:
         generations = engine.generate(requests)
         responses = [self.formatter.decode(g.tokens) for g in generations]
         ids = [f"eval{'/' + self.name if self.name else ''}/p{p.prompt_id}" for p in self.prompts]
-        scores = self.scorer.score_responses(self.prompts, responses, ids)
+        scores = self.scorer.score_responses(self.prompts, responses, ids)  # leaves reward/num_errors alone
         prefix = f"eval/{self.name}/" if self.name else "eval/"
         return {
-            f"{prefix}accuracy": sum(scores) / len(scores),
-            f"{prefix}num_prompts": float(len(scores)),
-            f"{prefix}reward_errors": float(self.scorer.num_errors),
+            f"{prefix}accuracy": sum(scores.rewards) / len(scores.rewards),
+            f"{prefix}num_prompts": float(len(scores.rewards)),
+            f"{prefix}reward_errors": float(scores.num_errors),
         }
 
 

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from heron.errors import UserError
+from heron.preflight.writable import check_writable
 
 LOCK_FILE = "heron.lock"
 
@@ -50,6 +51,7 @@ class FolderLock:
     def acquire(self) -> "FolderLock":
         """Creates the lock file's folder if needed and takes the lock, or raises one line naming
         the holder."""
+        check_writable(self.path.parent, self.role)  # the pre-flight's one-line answer (a file in the way, ...)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)

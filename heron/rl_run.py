@@ -17,6 +17,7 @@ from heron.config.base import to_dict
 from heron.config.root import HeronConfig
 from heron.interrupt import RunInterrupted, install_sigterm_handler, interrupt_signal, signals_held
 from heron.plugins.postprocess import apply_postprocess, checked_prompts
+from heron.preflight import preflight
 from heron.records import RolloutBatch
 from heron.run_dir import hold_run_folders
 from heron.tracking.tracker import Tracker
@@ -30,9 +31,10 @@ class RLRun:
         self.cfg = cfg
         self.run_dir = Path(cfg.run.dir)
         self.rollout_id: int | None = None  # the rollout in progress, named if interrupted
+        checked = preflight(cfg)  # every input check, before anything is written or loaded
         with ExitStack() as undo:  # a failure part-way stops the actors and releases the folders
             undo.enter_context(hold_run_folders(cfg))  # one run per folder: fails before any model is loaded
-            self.c: Components = build_components(cfg)
+            self.c: Components = build_components(cfg, checked)
             undo.callback(_with_signals_held, self.c.close)
             self.checkpointer = Checkpointer(cfg, self.run_dir)  # resume: checks fit, restores state
             self.start_rollout = self.checkpointer.resume(self.c)

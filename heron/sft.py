@@ -12,12 +12,11 @@ import torch
 from tqdm import tqdm
 
 from heron.atomic_file import publish_folder, temp_sibling
-from heron.build import check_inputs
 from heron.config.root import HeronConfig
 from heron.config.train import TrainConfig
-from heron.data.dataset import load_prompts
 from heron.data.sampler import EpochSampler
-from heron.models import load_model, load_tokenizer
+from heron.models import load_model
+from heron.preflight import preflight_sft
 from heron.records import Prompt, Sample
 from heron.rollout.prompt_format import PromptFormatter
 from heron.run_dir import hold_sft_output
@@ -45,17 +44,11 @@ def run_sft(cfg: HeronConfig, progress: bool = True) -> Path:
     """Trains ``sft.num_steps`` steps and writes the model + tokenizer to the SFT output folder.
     The output folder is locked for the whole run (a second sft into it fails at once) and
     appears only when complete (written beside it, then renamed)."""
-    from heron.config.base import ConfigError
-
-    check_inputs(cfg)
-    if not (cfg.sft.path or cfg.data.path):
-        raise ConfigError("heron sft needs supervised examples: set sft.path or data.path")
     out = sft_output_dir(cfg)
-    lock = hold_sft_output(out).acquire()  # before the check: two sfts cannot both pass it
+    lock = hold_sft_output(out).acquire()  # before the checks: two sfts cannot both pass them
     try:
-        if out.exists():  # never overwrite a model someone saved
-            raise ConfigError(f"sft output '{out}' already exists; set sft.output=<new folder> or remove it")
-        _train_and_export(cfg, out, progress)
+        model, formatter, examples = preflight_sft(cfg, out)  # one-line errors before the model loads
+        _train_and_export(cfg, out, formatter, examples.prompts, progress)
     except BaseException:
         lock.release()
         raise
@@ -63,13 +56,10 @@ def run_sft(cfg: HeronConfig, progress: bool = True) -> Path:
     return out
 
 
-def _train_and_export(cfg: HeronConfig, out: Path, progress: bool) -> None:
+def _train_and_export(cfg: HeronConfig, out: Path, formatter: PromptFormatter, examples: list[Prompt], progress: bool) -> None:
+    tokenizer = formatter.tokenizer
     torch.manual_seed(cfg.run.seed)
-    tokenizer = load_tokenizer(cfg.model.path)
-    formatter = PromptFormatter(tokenizer, cfg.data.apply_chat_template)
-    sampler = EpochSampler(
-        load_prompts(cfg.sft.path or cfg.data.path, cfg.data), seed=cfg.run.seed
-    )
+    sampler = EpochSampler(examples, seed=cfg.run.seed)
     train_cfg = TrainConfig(
         lr=cfg.sft.lr, warmup_steps=max(1, cfg.sft.num_steps // 20), lr_schedule="cosine",
         micro_batch_size=cfg.sft.batch_size, recompute_old_logprobs=False, grad_clip=1.0,

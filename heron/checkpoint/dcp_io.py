@@ -200,12 +200,17 @@ def load_into(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, f
     """Loads model (and optimizer) state from the checkpoint ``folder`` into the live objects, in
     place, unpickling nothing but DCP's metadata classes and plain data (``safe_load``)."""
     state = live_state(model, optimizer)
-    if process_group is None and dist.is_available() and dist.is_initialized():
-        process_group = dist.group.WORLD  # data-parallel ranks load collectively (DCP reshards)
+    if process_group is None:
+        process_group = world_group()  # data-parallel ranks load collectively (DCP reshards)
     safe_load.load(state, Path(folder) / DCP_FOLDER, process_group, no_dist=process_group is None)
     set_model_state_dict(model, state["model"])
     if optimizer is not None:
         set_optimizer_state_dict(model, optimizer, state["optimizer"])
+
+
+def world_group() -> dist.ProcessGroup | None:
+    """The trainer's data-parallel group, or None in a single process."""
+    return dist.group.WORLD if dist.is_available() and dist.is_initialized() else None
 
 
 def save_process_group() -> dist.ProcessGroup | None:

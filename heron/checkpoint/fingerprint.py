@@ -22,7 +22,12 @@ from heron.checkpoint.errors import CheckpointMismatchError
 # data, how rollouts are drawn, the reward, the algorithm and the optimizer settings.
 # Not included: rollout.num_rollouts (a run may be extended), eval, tracking, checkpoint, run.dir.
 RESUME_CRITICAL = ("run.seed", "model", "data", "rollout", "reward", "algo", "train", "hooks")
-RESUME_FREE = ("rollout.num_rollouts", "train.world_size", "train.parallel")  # DCP reshards on load
+RESUME_FREE = (
+    "rollout.num_rollouts", "train.world_size", "train.parallel",  # DCP reshards on load
+    # what happens on a failure, not what a healthy step computes: a run stopped by a non-finite
+    # loss or a hanging reward resumes with train.on_nonfinite=skip or a longer reward.timeout_s
+    "train.on_nonfinite", "reward.timeout_s",
+)
 
 
 def _flatten(prefix: str, value: Any, out: dict) -> None:

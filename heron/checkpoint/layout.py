@@ -63,6 +63,11 @@ def temp_folder(folder: Path, rollout_id: int) -> Path:
     return Path(folder) / f"{checkpoint_name(rollout_id)}.tmp-{os.getpid()}-{time.time_ns()}"
 
 
+def checkpoint_of(temp: str | Path) -> str:
+    """The checkpoint name (``rollout-000012``) a ``temp_folder`` is for."""
+    return Path(temp).name.partition(".tmp-")[0]
+
+
 def commit(temp: Path, final: Path) -> Path:
     """Renames the finished ``temp`` folder to ``final`` and points ``latest`` at it.
 

@@ -22,8 +22,10 @@ from pathlib import Path
 import torch
 
 from heron.checkpoint import dcp_io
+from heron.checkpoint.finite import check_finite_state
 from heron.checkpoint.fingerprint import model_fingerprint, optimizer_fingerprint
 from heron.checkpoint.hf_export import HF_FOLDER, HF_META, write_hf_folder, write_model_meta
+from heron.checkpoint.layout import checkpoint_of
 from heron.checkpoint.run_state import TrainerState
 
 
@@ -66,6 +68,7 @@ class ModuleShards:
         ``primary``: this process writes the checkpoint-wide files (the model's HF config)."""
         self.wait_saved()
         live = dcp_io.live_state(self.model, self.optimizer)
+        check_finite_state(live, checkpoint_of(request.folder), process_group=dcp_io.world_group())  # before any file
         saved = SavedShards(model_fingerprint(live["model"]), optimizer_fingerprint(self.optimizer, live["optimizer"]))
         folder = Path(request.folder)
         if primary:

@@ -17,6 +17,7 @@ from typing import Any
 import ray
 
 from heron.cluster.errors import ClusterError
+from heron.errors import UserError
 
 
 @dataclass
@@ -80,6 +81,8 @@ def _get(actor: ActorRef, ref: "ray.ObjectRef", what: str) -> Any:
     except ray.exceptions.RayTaskError as e:
         if is_collective_timeout(e.cause):
             raise _CollectiveTimeout(e.cause) from None
+        if isinstance(e.cause, UserError):  # found in the actor (a bad checkpoint, a non-finite loss): its one
+            raise e.cause from None  # line, not Ray's traceback text around it
         raise e.as_instanceof_cause() from None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from typing import Any, Literal, Mapping, TypeVar, get_args, get_origin
@@ -124,19 +125,31 @@ def _coerce_scalar(value: Any, hint: Any, key: str) -> Any:
             return value
         raise ConfigError(f"config key '{key}' must be an integer, got {value!r}")
     if hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "5e-5" (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise ConfigError(f"config key '{key}' must be a number, got {value!r}")
+        return _coerce_float(value, key)
     if hint is str:
         if isinstance(value, str):
             return value
         raise ConfigError(f"config key '{key}' must be a string, got {value!r}")
     raise TypeError(f"unsupported config type {hint!r} for '{key}'")  # programmer error
+
+
+def _coerce_float(value: Any, key: str) -> float:
+    """A finite float: inf and nan are never a meaningful setting (``train.lr=inf`` trains
+    NaN weights, ``rollout.temperature=inf`` samples uniformly) and are refused here, for
+    every float key at once."""
+    number = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str):  # YAML 1.1 reads "5e-5" (no dot) as a string
+        try:
+            number = float(value)
+        except ValueError:
+            pass
+    if number is None:
+        raise ConfigError(f"config key '{key}' must be a number, got {value!r}")
+    if not math.isfinite(number):
+        raise ConfigError(f"config key '{key}' must be a finite number, got {value!r}")
+    return number
 
 
 def to_dict(obj: Any) -> Any:

@@ -8,21 +8,37 @@ from heron.config.base import check, doc
 
 @dataclass(frozen=True)
 class RemoteRewardConfig:
-    """A reward model behind HTTP (reward.fn=remote): POST {prompt, response, label, metadata}
-    as JSON to ``url``, answer {"reward": float}."""
+    """A reward model behind HTTP (reward.fn=remote): POST {prompt, response, label, prompt_id}
+    (plus the row's other columns as ``metadata`` when ``send_metadata``) as JSON to ``url``,
+    answer {"reward": number}."""
 
-    url: str = doc("Endpoint of the reward server, e.g. http://127.0.0.1:8000/score.", "")
+    url: str = doc("Endpoint of the reward server, http:// or https://, e.g. http://127.0.0.1:8000/score.", "")
     timeout_s: float = doc("Timeout of one HTTP request, in seconds.", 10.0)
     max_retries: int = doc("Retries after a failed request (connection error, timeout, HTTP 5xx).", 2)
     backoff_s: float = doc("Wait before the first retry, doubled each retry, in seconds.", 0.2)
+    send_metadata: bool = doc(
+        "Also send the row's other columns (Prompt.metadata, see data.metadata_keys); off by default, "
+        "so columns the server has no need for never leave the machine.",
+        False,
+    )
 
     def __post_init__(self):
+        if self.url:
+            scheme, _, rest = self.url.partition("://")
+            check(
+                scheme in ("http", "https") and rest.strip("/") != "",
+                f"reward.remote.url must be an http:// or https:// address with a host, got {self.url!r}",
+            )
         check(self.timeout_s > 0, f"reward.remote.timeout_s must be > 0, got {self.timeout_s}")
         check(self.max_retries >= 0, f"reward.remote.max_retries must be >= 0, got {self.max_retries}")
         check(self.backoff_s >= 0, f"reward.remote.backoff_s must be >= 0, got {self.backoff_s}")
 
 
 BUILTIN_REWARD_NAMES = ("exact_match", "numeric_match", "math", "remote")
+# A hanging reward must not hang the run. One minute is far above a rule-based reward (math-verify
+# on a long answer: seconds) and above one remote request with its retries at the defaults
+# (3 x 10 s + backoff); raise it for slow batch-scope reward models.
+DEFAULT_REWARD_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -42,7 +58,11 @@ class RewardConfig:
         "penalize",
     )
     failure_value: float = doc("Reward of a sample whose reward call failed (reward.on_error=penalize).", 0.0)
-    timeout_s: float = doc("Longest a reward call may take, in seconds; 0 = no limit.", 0.0)
+    timeout_s: float = doc(
+        "Longest one reward call may take, in seconds (a call covers one sample, group or batch, "
+        "see reward.scope); past it the call counts as failed (reward.on_error). 0 = no limit.",
+        DEFAULT_REWARD_TIMEOUT_S,
+    )
     max_concurrency: int = doc("Reward calls in flight at once (threads for sync functions, tasks for async).", 1)
     remote: RemoteRewardConfig = doc("The HTTP reward model used by reward.fn=remote.", factory=RemoteRewardConfig)
 

@@ -55,6 +55,8 @@ class HeronConfig:
             "data.path is required: set data.path=<prompts.jsonl|.parquet|hf folder> (or hooks.data_source)",
         )
         self._check_cluster()
+        if not self.hooks.advantage:  # a hook estimator replaces algo.advantage
+            self.algo.check_group_size(self.rollout.samples_per_prompt)
         mini = self.rollout.num_samples // self.train.steps_per_rollout
         check(
             self.rollout.num_samples % self.train.steps_per_rollout == 0,

@@ -22,6 +22,12 @@ class TrainConfig:
     micro_batch_size: int = doc("Sequences per forward/backward; gradients accumulate over a mini-batch.", 8)
     world_size: int = doc("Data-parallel trainer ranks (torch.distributed group); > 1 needs cluster.backend=ray.", 1)
     parallel: Literal["fsdp2", "ddp"] = doc("Data parallelism of the ranks: fsdp2 (fully_shard, default) or ddp.", "fsdp2")
+    on_nonfinite: Literal["error", "skip"] = doc(
+        "A mini-batch whose loss or global grad norm is inf/nan: error stops the run before the optimizer "
+        "step applies it; skip zeroes its gradients, skips that optimizer and LR-schedule step and counts "
+        "it (train/nonfinite_skipped).",
+        "error",
+    )
     recompute_old_logprobs: bool = doc(
         "Recompute old logprobs with the trainer before the first step (else use the engine's).", True
     )

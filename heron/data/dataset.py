@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from heron.config.data import DataConfig
@@ -17,23 +17,27 @@ MAX_LOGGED_BAD_ROWS = 20
 
 @dataclass
 class PromptDataset:
-    """The prompts of one file; ``bad_rows`` names every skipped row (``data.on_bad_row=skip``)."""
+    """The prompts of one file, each with where it is (``wheres[i]``: ``file:line`` or
+    ``file row N``); ``bad_rows`` names every skipped row (``data.on_bad_row=skip``)."""
 
     path: str
     prompts: list[Prompt]
     bad_rows: list[str]
+    wheres: list[str]
 
 
 def load_dataset(path: str | Path, cfg: DataConfig) -> PromptDataset:
     """Every good row becomes a Prompt whose ``prompt_id`` is its row index (0-based, bad rows
     included), so ids do not shift when rows are skipped."""
     prompts: list[Prompt] = []
+    wheres: list[str] = []
     bad: list[str] = []
     for index, (where, row) in enumerate(read_rows(path, cfg.format, cfg.split)):
         try:
             if isinstance(row, DataError):
                 raise row
             prompts.append(parse_row(row, where, index, cfg))
+            wheres.append(where)
         except DataError as e:
             if cfg.on_bad_row == "error":
                 raise DataError(f"{e} (or set data.on_bad_row=skip)") from None
@@ -44,10 +48,5 @@ def load_dataset(path: str | Path, cfg: DataConfig) -> PromptDataset:
         log.warning("%s: skipped %d bad rows of %d", path, len(bad), len(bad) + len(prompts))
     if not prompts:
         raise DataError(f"dataset '{path}' has no usable rows" + (f" ({len(bad)} bad)" if bad else ""))
-    return PromptDataset(str(path), prompts, bad)
+    return PromptDataset(str(path), prompts, bad, wheres)
 
-
-def load_prompts(path: str | Path, cfg: DataConfig | None = None, **keys: str) -> list[Prompt]:
-    """The prompts of ``path`` read with ``cfg`` (``keys`` override e.g. prompt_key, label_key)."""
-    cfg = replace(cfg or DataConfig(), path=str(path), **keys)
-    return load_dataset(path, cfg).prompts

@@ -37,10 +37,14 @@ def parse_row(row: Any, where: str, prompt_id: int, cfg: DataConfig) -> Prompt:
 def _prompt(value: Any, where: str, cfg: DataConfig) -> tuple[str, list[dict[str, str]] | None]:
     key = cfg.prompt_key
     if isinstance(value, str):
+        if not value.strip():
+            raise DataError(f"{where}: '{key}' is empty; every row needs a prompt to answer")
         return value, None
     if isinstance(value, list) and value and all(_is_message(m) for m in value):
         if not cfg.apply_chat_template:
             raise DataError(f"{where}: '{key}' is a list of chat messages; set data.apply_chat_template=true to encode it")
+        if not any(m["content"].strip() for m in value):
+            raise DataError(f"{where}: every message of '{key}' is empty; every row needs a prompt to answer")
         messages = [{"role": m["role"], "content": m["content"]} for m in value]
         user_turns = [m["content"] for m in messages if m["role"] == "user"]
         return (user_turns[-1] if user_turns else messages[-1]["content"]), messages

@@ -8,14 +8,18 @@ from dataclasses import asdict
 from typing import Any
 
 from heron.config.data import DataConfig
-from heron.data.dataset import load_dataset
+from heron.data.dataset import PromptDataset, load_dataset
 from heron.data.sampler import EpochSampler
 from heron.records import Prompt
 
 
 class PromptDataSource:
-    def __init__(self, config: DataConfig, seed: int):
-        self.dataset = load_dataset(config.path, config)
+    """``dataset``: the prompts already loaded and checked (the run's pre-flight hands over the
+    dataset whose prompt lengths it checked against the model, see heron.preflight); without
+    it, ``config.path`` is read here, without length checks."""
+
+    def __init__(self, config: DataConfig, seed: int, dataset: PromptDataset | None = None):
+        self.dataset = dataset if dataset is not None else load_dataset(config.path, config)
         self.sampler: EpochSampler[Prompt] = EpochSampler(self.dataset.prompts, seed=seed, shuffle=config.shuffle)
         self.buffer: list[Prompt] = []
 

@@ -31,6 +31,11 @@ class DataParallelTrainer(PolicyTrainer):
     def _clip_grad_norm(self, max_norm: float) -> float:
         return clip_grad_norm(self.model, max_norm)
 
+    def _nonfinite_anywhere(self, here: bool) -> bool:
+        """Every rank stops or skips the same step: the grad norm is global already, but a loss
+        may be non-finite on one rank alone."""
+        return all_reduce_sum(float(here)) > 0
+
     @needs_device
     def train(self, batch: TrainBatch) -> dict[str, float]:
         """This rank's share of the rollout (``steps_per_rollout`` mini-batches, in order)."""

@@ -32,11 +32,13 @@ def apply_postprocess(fn: Callable[..., Any] | None, config: HooksConfig, batch:
 
 
 def checked_prompts(prompts: Any, n: int, source: str) -> list[Prompt]:
-    """The data source's answer to get_samples(rollout.batch_size = n): exactly n Prompts."""
+    """The data source's answer to get_samples(rollout.batch_size = n): exactly n Prompts,
+    none of them empty (a user data source's prompts are not seen by the pre-flight)."""
+    source = source or "PromptDataSource"
     if not isinstance(prompts, list) or len(prompts) != n or not all(isinstance(p, Prompt) for p in prompts):
         found = f"{len(prompts)} items" if isinstance(prompts, list) else type(prompts).__name__
-        raise HookOutputError(
-            f"data source {source or 'PromptDataSource'!r}: get_samples({n}) returned {found}, "
-            f"expected a list of {n} Prompt records"
-        )
+        raise HookOutputError(f"data source {source!r}: get_samples({n}) returned {found}, expected a list of {n} Prompt records")
+    empty = [p.prompt_id for p in prompts if not p.text.strip() and not p.messages]
+    if empty:
+        raise HookOutputError(f"data source {source!r}: get_samples({n}) returned empty prompts (prompt_id {empty[:4]})")
     return prompts

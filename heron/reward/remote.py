@@ -1,7 +1,10 @@
 """A reward model behind HTTP, used as the per-sample reward ``reward.fn=remote``.
 
-Protocol: ``POST <url>`` with JSON ``{"prompt", "response", "label", "metadata", "prompt_id"}``;
-the server answers ``{"reward": <number>}``. A connection error, a timeout or an HTTP 5xx is
+Protocol: ``POST <url>`` with JSON ``{"prompt", "response", "label", "prompt_id"}``, plus
+``"metadata"`` (the row's other columns) only with ``reward.remote.send_metadata=true``: a
+data column the server has no need for (an API key, a user id) never leaves the machine by
+default. The server answers ``{"reward": <number>}``; a string, null or list is a malformed
+answer, not coerced. A connection error, a timeout or an HTTP 5xx is
 retried ``max_retries`` times with exponential backoff; an HTTP 4xx (the request is wrong)
 and a malformed answer are not. Concurrency (``reward.max_concurrency``) and the overall
 per-call limit (``reward.timeout_s``) are the reward scorer's, like for any reward function.
@@ -28,11 +31,10 @@ class RemoteReward:
         self.cfg = cfg
 
     def __call__(self, prompt: Prompt, response: str) -> float:
-        body = json.dumps(
-            {"prompt": prompt.text, "response": response, "label": prompt.label,
-             "metadata": prompt.metadata, "prompt_id": prompt.prompt_id},
-            default=str,
-        ).encode()
+        fields = {"prompt": prompt.text, "response": response, "label": prompt.label, "prompt_id": prompt.prompt_id}
+        if self.cfg.send_metadata:
+            fields["metadata"] = prompt.metadata
+        body = json.dumps(fields, default=str).encode()
         delay = self.cfg.backoff_s
         for attempt in range(self.cfg.max_retries + 1):
             try:
@@ -59,11 +61,13 @@ class RemoteReward:
             raise _Retryable(f"{type(e).__name__}: {getattr(e, 'reason', e)}") from None
         try:
             reward = json.loads(payload)["reward"]
-            return float(reward)
         except (ValueError, KeyError, TypeError):
+            reward = None
+        if not isinstance(reward, (int, float)):  # bool is an int: true/false score 1/0
             raise RemoteRewardError(
                 f"reward server {self.cfg.url} answered {payload[:100]!r}, expected JSON {{\"reward\": <number>}}"
-            ) from None
+            )
+        return float(reward)
 
 
 class _Retryable(Exception):

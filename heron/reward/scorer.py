@@ -2,12 +2,18 @@
 eval answers), isolating failures.
 
 One reward function, called per sample, per group or per batch (``reward.scope``), sync or
-async. Sync calls run inline, or on ``reward.max_concurrency`` threads when that is > 1 or
-``reward.timeout_s`` is set; async calls run as concurrent tasks on one event loop. A call
-that raises, times out, or returns something that is not one finite number per response is a
-failure of every sample it covered: with ``reward.on_error=fail`` the run stops with the
-sample id; with ``penalize`` those samples get ``reward.failure_value`` and the failure is
-counted (``reward/num_errors`` in the metrics) and logged with the sample id.
+async. Sync calls run inline only when ``reward.timeout_s=0`` and ``reward.max_concurrency=1``;
+otherwise each runs on a thread of its own (~0.2 ms per call on two busy cores), so its
+deadline can be kept. Async calls run as concurrent tasks on one event loop.
+
+A call fails when it raises, runs past ``reward.timeout_s`` (60 s by default), or returns
+anything but one finite real number per response. A real number is a bool, int, float or
+numpy scalar; a group or batch call returns a list, tuple or 1-D array of them, one per
+response. Nothing is coerced: ``"1.0"`` is not a reward, and ``"10"`` is not two. A failure
+fails every sample the call covered. With ``reward.on_error=fail`` the run stops and names the
+sample. With ``penalize`` those samples get ``reward.failure_value``, and the failure is logged
+with the sample id and counted: ``reward/num_errors`` counts the latest training batch, and
+eval reports its own ``eval/.../reward_errors``.
 
 A timed-out sync call cannot be killed (Python threads cannot be): its thread is abandoned
 and finishes in the background; the run moves on.
@@ -18,7 +24,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import numbers
 import threading
+from collections.abc import Sequence as SequenceABC
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -42,6 +50,14 @@ class _Call:
 
     args: tuple
     sample_ids: list[str]
+
+
+@dataclass
+class RewardScores:
+    """One reward per response, and how many of them are ``failure_value`` after a failed call."""
+
+    rewards: list[float]
+    num_errors: int
 
 
 def build_reward_fn(cfg: RewardConfig) -> tuple[Callable[..., Any], str]:
@@ -68,7 +84,7 @@ class RewardScorer:
         self.cfg = cfg or RewardConfig()
         self.scope = scope
         self.is_async = is_async_callable(fn)
-        self.num_errors = 0  # failures in the latest score() / score_responses() call
+        self.num_errors = 0  # failures in the latest training batch (score()); eval counts its own
 
     @classmethod
     def from_config(cls, cfg: RewardConfig) -> "RewardScorer":
@@ -80,32 +96,37 @@ class RewardScorer:
         return cls.from_config(RewardConfig(fn=name))
 
     def score(self, batch: RolloutBatch) -> RolloutBatch:
+        """Fills ``reward`` of every training sample; ``metrics()`` then counts its failures."""
         samples = batch.samples
         prompts = [g.prompt for g in batch.groups for _ in g.samples]
-        rewards = self.score_responses(
+        scores = self.score_responses(
             prompts, [s.response_text for s in samples], [s.sample_id for s in samples],
             group_sizes=[len(g.samples) for g in batch.groups],
         )
-        for sample, reward in zip(samples, rewards):
+        for sample, reward in zip(samples, scores.rewards):
             sample.reward = reward
+        self.num_errors = scores.num_errors
         return batch
 
     def score_responses(
         self, prompts: Sequence[Prompt], responses: Sequence[str], sample_ids: Sequence[str],
         group_sizes: Sequence[int] | None = None,
-    ) -> list[float]:
+    ) -> RewardScores:
         """One reward per response (``prompts[i]`` answered by ``responses[i]``); consecutive
-        responses form groups of ``group_sizes`` (default: each response its own group)."""
+        responses form groups of ``group_sizes`` (default: each response its own group).
+        Leaves the training count (``metrics()``) alone: eval scores through here too."""
         sizes = list(group_sizes) if group_sizes is not None else [1] * len(responses)
         calls = self._calls(list(prompts), list(responses), list(sample_ids), sizes)
         results = self._run_async(calls) if self.is_async else self._run_sync(calls)
-        self.num_errors = 0
-        rewards: list[float] = []
+        scores = RewardScores([], 0)
         for call, result in zip(calls, results):
-            rewards.extend(self._check(call, result))
-        return rewards
+            rewards, failed = self._check(call, result)
+            scores.rewards.extend(rewards)
+            scores.num_errors += failed
+        return scores
 
     def metrics(self) -> dict[str, float]:
+        """The latest training batch's reward failures."""
         return {"reward/num_errors": float(self.num_errors)}
 
     def _calls(self, prompts: list[Prompt], responses: list[str], ids: list[str], sizes: list[int]) -> list[_Call]:
@@ -144,27 +165,43 @@ class RewardScorer:
 
         return asyncio.run(run_all())
 
-    def _check(self, call: _Call, result: Any) -> list[float]:
+    def _check(self, call: _Call, result: Any) -> tuple[list[float], int]:
+        """(rewards of the call's samples, how many failed)."""
         n = len(call.sample_ids)
         if not isinstance(result, BaseException):
-            values = [result] if self.scope == "sample" else result
-            try:
-                rewards = [float(v) for v in values]
-                if len(rewards) == n and all(math.isfinite(v) for v in rewards):
-                    return rewards
-            except (TypeError, ValueError):
-                pass
-            result = ValueError(f"returned {_short(result)}, expected {'a finite number' if self.scope == 'sample' else f'{n} finite numbers'}")
-        return self._fail(call, result)
+            rewards = _rewards(result, n, self.scope == "sample")
+            if rewards is not None:
+                return rewards, 0
+            expected = "a finite real number" if self.scope == "sample" else f"a list of {n} finite real numbers"
+            result = ValueError(f"returned {_short(result)}, expected {expected}")
+        return self._fail(call, result), n
 
     def _fail(self, call: _Call, error: BaseException) -> list[float]:
         ids = ", ".join(call.sample_ids[:4]) + (" ..." if len(call.sample_ids) > 4 else "")
         message = f"reward.fn {self.cfg.fn!r} failed on sample {ids}: {type(error).__name__}: {error}"
         if self.cfg.on_error == "fail":
             raise RewardError(message + " (set reward.on_error=penalize to score failures as reward.failure_value)")
-        self.num_errors += len(call.sample_ids)
         log.warning("%s -> reward %s", message, self.cfg.failure_value)
         return [self.cfg.failure_value] * len(call.sample_ids)
+
+
+def _rewards(result: Any, n: int, single: bool) -> list[float] | None:
+    """The call's rewards as floats, or None unless ``result`` is one finite real number
+    (``single``) or a sequence of exactly ``n`` of them. ``numbers.Real`` covers bool, int,
+    float, Fraction and numpy scalars; strings are sequences but never rewards."""
+    if single:
+        values = [result]
+    else:
+        tolist = getattr(result, "tolist", None)
+        if getattr(result, "ndim", None) == 1 and callable(tolist):
+            result = tolist()  # a 1-D numpy array or torch tensor
+        if isinstance(result, (str, bytes)) or not isinstance(result, SequenceABC) or len(result) != n:
+            return None
+        values = list(result)
+    if not all(isinstance(v, numbers.Real) for v in values):
+        return None
+    rewards = [float(v) for v in values]
+    return rewards if all(math.isfinite(v) for v in rewards) else None
 
 
 def _capture(fn: Callable[..., Any], args: tuple) -> Any:

@@ -19,12 +19,19 @@ class PromptFormatter:
 
             raise ConfigError("data.apply_chat_template=true but the tokenizer at model.path has no chat_template")
 
-    def encode(self, prompt: Prompt) -> list[int]:
+    def text(self, prompt: Prompt) -> str:
+        """The string ``encode`` tokenizes: the prompt text, or its chat template rendering."""
         if not self.apply_chat_template:
-            return self.tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
+            return prompt.text
         messages = prompt.messages or [{"role": "user", "content": prompt.text}]
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def tokenize(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of many ``text(prompt)`` strings in one batched tokenizer call."""
+        return self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+
+    def encode(self, prompt: Prompt) -> list[int]:
+        return self.tokenizer(self.text(prompt), add_special_tokens=False)["input_ids"]
 
     def decode(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
@@ -34,6 +41,8 @@ class PromptFormatter:
         for text in stop:
             token_ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             if len(token_ids) != 1:
-                raise ValueError(f"stop string {text!r} is {len(token_ids)} tokens; rollout.stop entries must be single tokens")
+                from heron.config.base import ConfigError
+
+                raise ConfigError(f"rollout.stop entry {text!r} is {len(token_ids)} tokens; rollout.stop entries must be single tokens")
             ids.append(token_ids[0])
         return tuple(dict.fromkeys(ids))

@@ -9,6 +9,7 @@ docs/residency.md.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -24,11 +25,14 @@ from heron.residency.snapshot import host_snapshot
 from heron.trainer.batch import TrainBatch
 from heron.trainer.logprobs import forward_logprobs
 from heron.trainer.lr_schedule import build_scheduler
+from heron.trainer.nonfinite import nonfinite_error, nonfinite_values
 from heron.trainer.objectives import Objective
 from heron.weights.handle import InMemory, WeightHandle
 
 if TYPE_CHECKING:
     from heron.checkpoint.reader import Checkpoint
+
+log = logging.getLogger("heron.trainer")
 
 
 class PolicyTrainer(Resident):
@@ -80,20 +84,20 @@ class PolicyTrainer(Resident):
 
     @needs_device
     def train(self, batch: TrainBatch) -> dict[str, float]:
-        """``steps_per_rollout`` optimizer steps on ``batch``; returns metrics averaged over steps."""
+        """``steps_per_rollout`` optimizer steps on ``batch``; returns metrics averaged over the
+        applied steps, plus ``nonfinite_skipped`` (steps skipped, see heron.trainer.nonfinite)."""
         if self.cfg.recompute_old_logprobs:
             batch.old_logprobs = self.compute_logprobs(batch)
         ref_logprobs = self.compute_logprobs(batch, reference=True) if self.objective.needs_reference else None
         mini_size = len(batch) // self.cfg.steps_per_rollout
-        totals: dict[str, float] = defaultdict(float)
+        steps = []
         for step in range(self.cfg.steps_per_rollout):
             index = slice(step * mini_size, (step + 1) * mini_size)
             ref = ref_logprobs[index] if ref_logprobs is not None else None
-            for key, value in self._optimizer_step(batch.select(index), ref).items():
-                totals[key] += value / self.cfg.steps_per_rollout
+            steps.append(self._optimizer_step(batch.select(index), ref, step))
         self.version += 1
         self._publish_weights()
-        return dict(totals)
+        return _mean_over_applied(steps)
 
     def _publish_weights(self) -> None:
         """Refreshes the host snapshot ``weights()`` hands out. Every operation that changes the
@@ -101,9 +105,11 @@ class PolicyTrainer(Resident):
         self._host_weights = host_snapshot(self.model)
         self._host_weights_version = self.version
 
-    def _optimizer_step(self, mini: TrainBatch, ref_logprobs: torch.Tensor | None) -> dict[str, float]:
+    def _optimizer_step(self, mini: TrainBatch, ref_logprobs: torch.Tensor | None, step: int) -> tuple[dict[str, float], bool]:
+        """(metric sums, whether the step was applied): a non-finite loss or grad norm is never applied."""
         normalizer = self._loss_normalizer(mini)
         sums: dict[str, float] = defaultdict(float)
+        loss_sum = 0.0
         micro_size = self.cfg.micro_batch_size
         for i, micro in enumerate(mini.chunks(micro_size)):
             logprobs, entropy = forward_logprobs(
@@ -112,15 +118,31 @@ class PolicyTrainer(Resident):
             ref = ref_logprobs[i * micro_size : (i + 1) * micro_size] if ref_logprobs is not None else None
             loss, metrics = self.objective(micro, logprobs, entropy, ref, normalizer)
             loss.backward()
+            loss_sum += float(loss.detach())
             for key, value in metrics.items():
                 sums[key] += float(value)
         max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
         sums["grad_norm"] = self._clip_grad_norm(max_norm)
         sums["lr"] = self.optimizer.param_groups[0]["lr"]
+        found = nonfinite_values(loss=loss_sum, grad_norm=sums["grad_norm"])
+        if self._nonfinite_anywhere(bool(found)):
+            self._skip_step(found or "loss or grad_norm on another rank", mini.rollout_id, step)
+            return sums, False
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return sums
+        return sums, True
+
+    def _nonfinite_anywhere(self, here: bool) -> bool:
+        """Whether any rank found a non-finite value (data-parallel trainers all-reduce it)."""
+        return here
+
+    def _skip_step(self, found: str, rollout_id: int, step: int) -> None:
+        """Drops the gradients of a non-finite step; raises under ``train.on_nonfinite=error``."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.cfg.on_nonfinite == "error":
+            raise nonfinite_error(found, rollout_id, step, self.cfg.steps_per_rollout)
+        log.warning("skipped optimizer step %d of rollout %d: non-finite %s (train.on_nonfinite=skip)", step + 1, rollout_id, found)
 
     def _loss_normalizer(self, mini: TrainBatch) -> float:
         """Divisor of every loss term: the mini-batch's loss-token count (data-parallel
@@ -212,3 +234,11 @@ class PolicyTrainer(Resident):
         if tokenizer is not None:
             tokenizer.save_pretrained(out_dir)
         return out_dir
+
+
+def _mean_over_applied(steps: list[tuple[dict[str, float], bool]]) -> dict[str, float]:
+    """Mean of each metric over the applied steps (over all steps if none was applied, so a
+    rollout whose every step was skipped shows its nan loss), plus ``nonfinite_skipped``."""
+    applied = [sums for sums, ok in steps if ok] or [sums for sums, _ in steps]
+    means = {key: sum(s[key] for s in applied) / len(applied) for key in applied[0]}
+    return {**means, "nonfinite_skipped": float(sum(not ok for _, ok in steps))}

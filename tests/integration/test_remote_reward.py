@@ -22,8 +22,9 @@ class RewardServer:
     "fail-once" -> HTTP 503 on its first request; "bad" -> HTTP 400; "slow" -> no answer until
     ``release`` is set. ``probe`` (if set) counts the requests in flight."""
 
-    def __init__(self):
+    def __init__(self, fixed_answer: bytes | None = None):
         self.requests: list[dict] = []
+        self.fixed_answer = fixed_answer  # answer every request with these bytes (HTTP 200)
         self.probe: ConcurrencyProbe | None = None
         self.release = threading.Event()
         self.lock = threading.Condition()
@@ -43,6 +44,8 @@ class RewardServer:
                 self._answer(code, payload)
 
             def _decide(self, body, seen):
+                if server.fixed_answer is not None:
+                    return 200, server.fixed_answer
                 if body["response"] == "slow":
                     server.release.wait(HANG_S)
                 if body["response"] == "fail-once" and seen == 1:
@@ -88,13 +91,31 @@ def server():
     s.close()
 
 
-PROMPT = Prompt(prompt_id=3, text="1+1=", label="2", metadata={"level": 1})
+PROMPT = Prompt(prompt_id=3, text="1+1=", label="2", metadata={"level": 1, "secret_api_key": "sk-do-not-send"})
 
 
-def test_scores_and_sends_prompt_response_label_metadata(server):
+def test_scores_and_sends_prompt_response_label_but_no_other_column(server):
     reward = RemoteReward(RemoteRewardConfig(url=server.url))
     assert reward(PROMPT, "2") == 1.0 and reward(PROMPT, "3") == 0.0
-    assert server.requests[0] == {"prompt": "1+1=", "response": "2", "label": "2", "metadata": {"level": 1}, "prompt_id": 3}
+    assert server.requests[0] == {"prompt": "1+1=", "response": "2", "label": "2", "prompt_id": 3}
+    assert "sk-do-not-send" not in json.dumps(server.requests)
+
+
+def test_sends_metadata_only_when_asked(server):
+    reward = RemoteReward(RemoteRewardConfig(url=server.url, send_metadata=True))
+    assert reward(PROMPT, "2") == 1.0
+    assert server.requests[0]["metadata"] == {"level": 1, "secret_api_key": "sk-do-not-send"}
+
+
+@pytest.mark.parametrize("answer", [b'{"reward": "1.0"}', b'{"reward": null}', b'{"reward": [1.0]}', b'"1.0"'])
+def test_an_answer_that_is_not_a_number_is_an_error_not_coerced(answer):
+    server = RewardServer(fixed_answer=answer)
+    try:
+        reward = RemoteReward(RemoteRewardConfig(url=server.url, max_retries=0))
+        with pytest.raises(RemoteRewardError, match="expected JSON"):
+            reward(PROMPT, "2")
+    finally:
+        server.close()
 
 
 def test_retries_after_5xx_but_not_after_4xx(server):
@@ -121,9 +142,9 @@ def test_concurrency_limit_and_failure_isolation_in_a_batch(server):
     server.probe = ConcurrencyProbe(expected=3, total=10)
     prompts = [PROMPT] * 10
     responses = ["2"] * 4 + ["bad"] + ["3"] * 5
-    rewards = scorer.score_responses(prompts, responses, [f"s{i}" for i in range(10)])
-    assert rewards == [1.0] * 4 + [-1.0] + [0.0] * 5
-    assert scorer.num_errors == 1
+    scores = scorer.score_responses(prompts, responses, [f"s{i}" for i in range(10)])
+    assert scores.rewards == [1.0] * 4 + [-1.0] + [0.0] * 5
+    assert scores.num_errors == 1
     assert not server.probe.timed_out, "fewer than 3 requests were ever in flight at once"
     assert server.probe.max_in_flight == 3
 
@@ -136,7 +157,8 @@ def test_dead_server_is_a_per_sample_failure():
         port = s.getsockname()[1]
     cfg = RewardConfig(fn="remote", remote=RemoteRewardConfig(url=f"http://127.0.0.1:{port}/", max_retries=1, backoff_s=0.01))
     scorer = RewardScorer.from_config(cfg)
-    assert scorer.score_responses([PROMPT], ["2"], ["s0"]) == [0.0] and scorer.num_errors == 1
+    scores = scorer.score_responses([PROMPT], ["2"], ["s0"])
+    assert scores.rewards == [0.0] and scores.num_errors == 1
 
 
 def test_remote_needs_a_url():

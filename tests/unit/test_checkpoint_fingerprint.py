@@ -55,3 +55,16 @@ def test_async_is_the_yaml_key_of_async_():
 
     with pytest.raises(ConfigError, match="did you mean 'checkpoint.async'"):
         load_config(None, ["model.path=m", "data.path=d", "checkpoint.asynk=false"])
+
+
+def test_failure_policies_may_change_on_resume():
+    """A run stopped by a non-finite loss (or a hanging reward) resumes with the policy changed."""
+    from heron.checkpoint.fingerprint import config_fingerprint
+    from heron.config.base import to_dict
+
+    base = ["model.path=m", "data.path=d.jsonl"]
+    saved = config_fingerprint(to_dict(load_config(None, base)))
+    changed = config_fingerprint(to_dict(load_config(None, [*base, "train.on_nonfinite=skip", "reward.timeout_s=300"])))
+    check_config("rollout-000004", saved, changed)
+    with pytest.raises(CheckpointMismatchError, match="train.lr"):
+        check_config("rollout-000004", saved, config_fingerprint(to_dict(load_config(None, [*base, "train.lr=0.5"]))))

@@ -1,0 +1,71 @@
+"""No checkpoint with non-finite tensors is ever committed.
+
+A checkpoint is what a crashed or finished run resumes from and what gets exported and
+served; one whose weights are NaN looks like any other in ``heron ckpt list``. The save path
+therefore checks every floating tensor of the model and optimizer state (the local shard of
+a sharded one) before anything is written: an inf/nan stops the save with one line naming
+the tensor, no shard is written (the temporary folder is removed), and the last committed checkpoint stays
+``latest``. The trainer's own guard (heron.trainer.nonfinite) keeps non-finite gradients out
+of the weights, so this is the last line, for what got in another way (a weight-changing hook,
+an overflow in the optimizer itself).
+
+Cost: one ``isfinite().all()`` reduction per tensor and a single host sync for all of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+from heron.checkpoint.errors import CheckpointError
+
+
+class NonFiniteStateError(CheckpointError):
+    """The state to save holds inf or nan; nothing was written."""
+
+
+def check_finite_state(state: dict[str, Any], name: str, process_group: dist.ProcessGroup | None = None) -> None:
+    """Raises ``NonFiniteStateError`` naming the first tensor of ``state`` (model first, then
+    optimizer) with an inf or nan; ``name`` is the checkpoint's (``rollout-000012``). With
+    ``process_group`` every rank checks its shards and all ranks raise together (a collective:
+    every rank must call it)."""
+    bad = nonfinite_tensors(state)
+    anywhere = len(bad)
+    if process_group is not None:
+        count = torch.tensor([float(len(bad))], dtype=torch.float64)
+        dist.all_reduce(count, group=process_group)
+        anywhere = int(count.item())
+    if not anywhere:
+        return
+    what = f"tensor '{bad[0]}' holds inf or nan" if bad else "a tensor on another rank holds inf or nan"
+    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    raise NonFiniteStateError(
+        f"checkpoint {name} not saved: {what}{more}; nothing was written and the last "
+        f"committed checkpoint is kept (the run diverged: lower train.lr or check the rewards)"
+    )
+
+
+def nonfinite_tensors(state: dict[str, Any]) -> list[str]:
+    """Names of the floating tensors of ``{"model": ..., "optimizer": ...}`` that hold an inf or
+    nan: parameter names for the model, ``optimizer.state.<param>.<moment>`` for the optimizer."""
+    tensors = [*_floating_tensors("", state.get("model", {})), *_floating_tensors("optimizer", state.get("optimizer", {}))]
+    if not tensors:
+        return []
+    finite = torch.stack([torch.isfinite(t).all() for _, t in tensors]).cpu()  # [num_tensors], one sync
+    return [name for (name, _), ok in zip(tensors, finite.tolist()) if not ok]
+
+
+def _floating_tensors(prefix: str, node: Any) -> Iterator[tuple[str, torch.Tensor]]:
+    if isinstance(node, torch.Tensor):
+        local = node.to_local() if isinstance(node, DTensor) else node  # a rank's shard (FSDP2)
+        if local.is_floating_point() and local.numel() > 0:
+            yield prefix, local.detach()
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            yield from _floating_tensors(f"{prefix}.{key}" if prefix else str(key), value)
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            yield from _floating_tensors(f"{prefix}.{i}", value)

@@ -1,0 +1,137 @@
+"""The pre-flight: every check a command can make before it loads a model or starts a worker.
+
+``heron train`` (through ``build_components``) and ``heron check`` run the same
+``preflight(cfg)``, so ``check`` says "ok" exactly when ``train`` would get past its start-up;
+``heron sft`` runs ``preflight_sft(cfg)``, the subset it needs. In order, each raising the first
+``UserError`` it finds (one line; the CLI exits 2):
+
+1. the config (already validated when it was loaded) and the hooks it names (loaded, signatures checked);
+2. the input paths exist (model folder, data, eval sets);
+3. ``run.dir`` and the checkpoint folder are writable (heron.preflight.writable), before the
+   model loads rather than at the first save;
+4. the model folder: config, weights, tokenizer (heron.preflight.model_folder);
+5. the data: rows parse, no empty prompts, ``rollout.stop`` entries are single tokens, every
+   prompt plus ``rollout.max_new_tokens`` fits the model's positions (heron.data.prompt_lengths);
+6. the eval sets, the same way with ``eval.max_new_tokens``.
+
+The datasets it loads are handed to the run (``PreflightReport``), so they are read and
+length-checked once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from heron.cluster.placement import check_local_ray_placeable
+from heron.config.base import ConfigError
+from heron.config.data import DataConfig
+from heron.config.root import HeronConfig
+from heron.data.dataset import PromptDataset, load_dataset
+from heron.data.prompt_lengths import TokenBudget, check_prompt_lengths
+from heron.plugins.run_hooks import RunHooks, load_run_hooks
+from heron.preflight.model_folder import ModelFolder, inspect_model_folder
+from heron.preflight.writable import check_writable
+from heron.rollout.prompt_format import PromptFormatter
+from heron.rollout.registry import ENGINE_BUILDERS
+
+log = logging.getLogger("heron.preflight")
+
+
+@dataclass
+class PreflightReport:
+    """What the pre-flight checked and loaded, for the run to use (and ``heron check`` to print)."""
+
+    hooks: RunHooks
+    model: ModelFolder
+    formatter: PromptFormatter
+    train_data: PromptDataset | None  # None when hooks.data_source supplies the prompts
+    eval_sets: dict[str, PromptDataset] = field(default_factory=dict)  # name -> set ("" = eval.path)
+    lines: list[str] = field(default_factory=list)  # one per check, for `heron check`
+
+
+def preflight(cfg: HeronConfig) -> PreflightReport:
+    """The checks of ``heron train`` before anything heavy (see the module doc)."""
+    hooks = load_run_hooks(cfg.hooks, cfg.reward)
+    _check_engine_kind(cfg)
+    _check_inputs_exist(cfg)
+    check_writable(cfg.run.dir, "run.dir")
+    if cfg.checkpoint.enabled:
+        check_writable(cfg.checkpoint.folder(cfg.run.dir), "checkpoint.dir")
+    data = _DataCheck(inspect_model_folder(cfg.model.path), cfg.data)
+    data.formatter.stop_token_ids(cfg.rollout.stop)
+    report = PreflightReport(hooks, data.model, data.formatter, None, lines=data.lines)
+    if hooks.data_source is None:
+        report.train_data = data.check(load_dataset(cfg.data.path, cfg.data), cfg.rollout.max_new_tokens, "rollout.max_new_tokens")
+    else:
+        data.lines.append(f"data: from hooks.data_source {cfg.hooks.data_source!r} (not checked here)")
+    if cfg.eval.enabled:
+        for name, path in cfg.eval.named_paths.items():
+            report.eval_sets[name] = data.check(load_dataset(path, cfg.data), cfg.eval.max_new_tokens, "eval.max_new_tokens")
+    if cfg.cluster.backend == "ray":  # a local Ray's size is known from the config (a joined one's later)
+        check_local_ray_placeable(cfg.cluster, cfg.train.world_size, cfg.colocate)
+    folders = [cfg.run.dir] + ([cfg.checkpoint.folder(cfg.run.dir)] if cfg.checkpoint.enabled else [])
+    data.lines.append(f"writable: {', '.join(folders)}")
+    return report
+
+
+def preflight_sft(cfg: HeronConfig, output: Path) -> tuple[ModelFolder, PromptFormatter, PromptDataset]:
+    """The checks of ``heron sft``: examples, an unused writable ``output``, the model folder,
+    and prompt + the longest label + eos within the model's positions."""
+    path = cfg.sft.path or cfg.data.path
+    if not path:
+        raise ConfigError("heron sft needs supervised examples: set sft.path or data.path")
+    _check_exists("sft.path" if cfg.sft.path else "data.path", path)
+    if output.exists():  # never overwrite a model someone saved
+        raise ConfigError(f"sft output '{output}' already exists; set sft.output=<new folder> or remove it")
+    check_writable(output, "sft.output")
+    data = _DataCheck(inspect_model_folder(cfg.model.path), cfg.data)
+    dataset = load_dataset(path, cfg.data)
+    answer_tokens = max(len(ids) for ids in data.formatter.tokenize([p.label for p in dataset.prompts])) + 1
+    return data.model, data.formatter, data.check(dataset, answer_tokens, "the longest label + eos")
+
+
+def _check_engine_kind(cfg: HeronConfig) -> None:
+    if cfg.engine.kind not in ENGINE_BUILDERS:
+        raise ConfigError(f"engine.kind={cfg.engine.kind!r} is not a registered engine; use one of {', '.join(sorted(ENGINE_BUILDERS))}")
+
+
+def _check_inputs_exist(cfg: HeronConfig) -> None:
+    if not (Path(cfg.model.path) / "config.json").is_file():
+        raise ConfigError(f"model.path '{cfg.model.path}' is not an HF model folder (no config.json)")
+    paths = [("data.path", cfg.data.path)] + [(f"eval.sets.{k}" if k else "eval.path", v) for k, v in cfg.eval.named_paths.items()]
+    for key, path in paths:
+        if path:
+            _check_exists(key, path)
+
+
+def _check_exists(key: str, path: str) -> None:
+    if not Path(path).exists():
+        raise ConfigError(f"{key} '{path}' does not exist")
+
+
+class _DataCheck:
+    """Checks datasets against one model folder, noting one line per dataset."""
+
+    def __init__(self, model: ModelFolder, cfg: DataConfig):
+        self.model = model
+        self.cfg = cfg
+        self.formatter = PromptFormatter(model.tokenizer, cfg.apply_chat_template)
+        positions = f"{model.max_positions} positions" if model.max_positions else "no max_position_embeddings"
+        self.lines = [f"model: {model.path} ({model.model_type}, {positions}, vocabulary {len(model.tokenizer)})"]
+
+    def check(self, dataset: PromptDataset, new_tokens: int, key: str) -> PromptDataset:
+        """``dataset`` without the prompts that do not fit (``data.on_bad_row=skip``), or a ``DataError``."""
+        positions = self.model.max_positions
+        if positions is None:
+            log.warning("model.path %s has no max_position_embeddings: prompt lengths are not checked", self.model.path)
+            self.lines.append(f"data: {dataset.path}: {len(dataset.prompts)} prompts (lengths not checked)")
+            return dataset
+        checked = check_prompt_lengths(dataset, self.formatter, TokenBudget(positions, new_tokens, key), self.cfg.on_bad_row)
+        skipped = len(checked.dataset.bad_rows)
+        self.lines.append(
+            f"data: {dataset.path}: {len(checked.dataset.prompts)} prompts fit {positions} positions with {key}={new_tokens}"
+            + (f"; {skipped} bad rows skipped" if skipped else "")
+        )
+        return checked.dataset
