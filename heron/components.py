@@ -21,6 +21,7 @@ from heron.residency.wiring import ResidencySettings, attach_residency
 from heron.reward.scorer import RewardScorer
 from heron.rollout.embedded import EmbeddedEngine
 from heron.rollout.engine import RolloutEngine
+from heron.rollout.batch_filler import BatchFiller
 from heron.rollout.generator import RolloutGenerator
 from heron.rollout.prompt_format import PromptFormatter
 from heron.trainer.objectives import PolicyObjective
@@ -63,7 +64,7 @@ class Components:
     sampler: DataSource  # the data source (hooks.data_source or the built-in PromptDataSource)
     generator: RolloutGenerator
     engine: RolloutEngine
-    scorer: RewardScorer
+    scorer: RewardScorer | BatchFiller  # the reward stage; BatchFiller: DAPO dynamic sampling around the scorer
     trainer: PolicyTrainer  # or heron.cluster.trainer_group.TrainerGroup (same verbs)
     evaluator: EvalSuite | None
     hooks: RunHooks
@@ -89,7 +90,7 @@ def build_components(cfg: HeronConfig) -> Components:
     torch.manual_seed(cfg.run.seed)
     tokenizer = load_tokenizer(cfg.model.path)
     formatter = PromptFormatter(tokenizer, cfg.data.apply_chat_template)
-    scorer = RewardScorer(hooks.reward_fn, cfg.reward, hooks.reward_scope)
+    scorer = RewardScorer(hooks.reward_fn, cfg.reward, hooks.reward_scope, max_response_tokens=cfg.rollout.max_new_tokens)
     executor = build_executor(cfg)  # local: this process; ray: actors (heron.cluster)
     try:
         engine = executor.engine(tokenizer.pad_token_id)
@@ -113,7 +114,7 @@ def build_components(cfg: HeronConfig) -> Components:
         sampler=data_source,
         generator=generator,
         engine=engine,
-        scorer=scorer,
+        scorer=BatchFiller(scorer, generator, data_source, cfg) if cfg.rollout.dynamic_sampling.enabled else scorer,
         trainer=trainer,
         evaluator=EvalSuite(evaluators) if evaluators else None,
         hooks=hooks,
@@ -148,14 +149,14 @@ def build_policy_trainer(cfg: HeronConfig, policy_loss=None, parallelize=None, t
     ``policy_loss``: the ``hooks.policy_loss`` hook, if any. ``parallelize(model) -> model``
     applies data parallelism before the optimizer is built."""
     model = load_model(cfg.model.path, cfg.model.dtype)
-    objective = PolicyObjective(cfg.algo, policy_loss=policy_loss)
+    objective = PolicyObjective(cfg.algo, policy_loss=policy_loss, max_response_tokens=cfg.rollout.max_new_tokens)
     return trainer_cls(
         parallelize(model) if parallelize else model,
         cfg.train,
         objective,
         total_steps=cfg.rollout.num_rollouts * cfg.train.steps_per_rollout,
         temperature=cfg.rollout.temperature,
-        reference=load_model(cfg.model.path, cfg.model.dtype) if objective.needs_reference else None,
+        reference=load_model(cfg.model.path, cfg.model.dtype) if cfg.algo.kl_coef > 0 else None,  # loss or reward KL
     )
 
 

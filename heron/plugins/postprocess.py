@@ -32,9 +32,9 @@ def apply_postprocess(fn: Callable[..., Any] | None, config: HooksConfig, batch:
     return out
 
 
-def checked_prompts(prompts: Any, cfg: HeronConfig) -> list[Prompt]:
-    """The data source's answer to get_samples(rollout.batch_size): exactly that many Prompts."""
-    n = cfg.rollout.batch_size
+def checked_prompts(prompts: Any, cfg: HeronConfig, num: int | None = None) -> list[Prompt]:
+    """The data source's answer to get_samples(num) (default rollout.batch_size): exactly that many Prompts."""
+    n = cfg.rollout.batch_size if num is None else num
     if not isinstance(prompts, list) or len(prompts) != n or not all(isinstance(p, Prompt) for p in prompts):
         found = f"{len(prompts)} items" if isinstance(prompts, list) else type(prompts).__name__
         raise HookOutputError(
