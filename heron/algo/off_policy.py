@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from heron.algo.catalog import OFF_POLICY_MODES
-from heron.algo.masked import masked_mean
+from heron.algo.masked import masked_sum
 
 MAX_LOG_WEIGHT = 20.0  # exp(20) ~ 5e8: finite; a token this far off is truncated or masked anyway
 
@@ -42,21 +42,26 @@ def engine_mismatch_weights(
     tis_cap: float = 2.0,
     mask_low: float = 0.5,
     mask_high: float = 2.0,
+    normalizer: float | None = None,
 ) -> tuple[torch.Tensor | None, dict[str, float]]:
-    """(weights [B, T] or None for mode "none", metrics). All inputs [B, T]; no gradient."""
+    """(weights [B, T] or None for mode "none", metrics). All inputs [B, T]; no gradient.
+    Metrics are masked sums / ``normalizer`` (default: this batch's token count; a data-parallel
+    trainer passes its share of the global count, so the rank mean is the global mean)."""
     if mode not in OFF_POLICY_MODES:
         raise ValueError(f"unknown off-policy correction {mode!r}; valid: {', '.join(OFF_POLICY_MODES)}")
+    if normalizer is None:
+        normalizer = max(float(loss_mask.sum()), 1.0)
     with torch.no_grad():
         log_w = (old_logprobs - engine_logprobs).clamp(-MAX_LOG_WEIGHT, MAX_LOG_WEIGHT)  # [B, T]
         w = torch.exp(log_w)  # [B, T]
-        metrics = {"mismatch/abs_log_ratio": float(masked_mean(log_w.abs(), loss_mask))}
+        metrics = {"mismatch/abs_log_ratio": float(masked_sum(log_w.abs(), loss_mask)) / normalizer}
         if mode == "none":
             return None, metrics
         if mode == "tis":
             weights = w.clamp(max=tis_cap)  # [B, T]
-            metrics["mismatch/truncated_fraction"] = float(masked_mean((w > tis_cap).to(w.dtype), loss_mask))
+            metrics["mismatch/truncated_fraction"] = float(masked_sum((w > tis_cap).to(w.dtype), loss_mask)) / normalizer
         else:
             kept = (w >= mask_low) & (w <= mask_high)  # [B, T]
             weights = kept.to(w.dtype)
-            metrics["mismatch/masked_fraction"] = float(masked_mean((~kept).to(w.dtype), loss_mask))
+            metrics["mismatch/masked_fraction"] = float(masked_sum((~kept).to(w.dtype), loss_mask)) / normalizer
         return weights, metrics

@@ -30,6 +30,9 @@ class DataParallelTrainer(PolicyTrainer):
         loss_sum, metric_sum = self.objective.denominators(mini.loss_mask)
         return normalizer(all_reduce_sum(loss_sum), all_reduce_sum(metric_sum), dist.get_world_size())
 
+    def _token_count(self, batch: TrainBatch) -> float:
+        return max(all_reduce_sum(batch.num_loss_tokens), 1.0) / dist.get_world_size()
+
     def _clip_grad_norm(self, max_norm: float) -> float:
         return clip_grad_norm(self.model, max_norm)
 

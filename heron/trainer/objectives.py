@@ -30,9 +30,10 @@ class Objective(Protocol):
         """(loss, metric) sums of one mini-batch share, before the all-reduce (heron.algo.loss_agg)."""
 
     def engine_mismatch(
-        self, old_logprobs: torch.Tensor, engine_logprobs: torch.Tensor, loss_mask: torch.Tensor
+        self, old_logprobs: torch.Tensor, engine_logprobs: torch.Tensor, loss_mask: torch.Tensor, normalizer: float
     ) -> tuple[torch.Tensor | None, dict[str, float]]:
-        """Per-token weights of the policy loss (None: no correction) and mismatch metrics."""
+        """Per-token weights of the policy loss (None: no correction) and mismatch metrics
+        (token sums / normalizer)."""
 
     def __call__(
         self,
@@ -57,10 +58,11 @@ class PolicyObjective:
     def denominators(self, loss_mask):
         return loss_agg.denominators(loss_mask, self.cfg.loss_agg, self.max_response_tokens)
 
-    def engine_mismatch(self, old_logprobs, engine_logprobs, loss_mask):
+    def engine_mismatch(self, old_logprobs, engine_logprobs, loss_mask, normalizer):
         c = self.cfg.off_policy
         return engine_mismatch_weights(
-            old_logprobs, engine_logprobs, loss_mask, mode=c.mode, tis_cap=c.tis_cap, mask_low=c.mask_low, mask_high=c.mask_high
+            old_logprobs, engine_logprobs, loss_mask, mode=c.mode, tis_cap=c.tis_cap, mask_low=c.mask_low,
+            mask_high=c.mask_high, normalizer=normalizer,
         )
 
     def reward_kl(self, logprobs, ref_logprobs, loss_mask) -> torch.Tensor:
@@ -102,7 +104,7 @@ class SFTObjective:
     def denominators(self, loss_mask):
         return loss_agg.denominators(loss_mask, "token-mean")
 
-    def engine_mismatch(self, old_logprobs, engine_logprobs, loss_mask):
+    def engine_mismatch(self, old_logprobs, engine_logprobs, loss_mask, normalizer):
         return None, {}
 
     def __call__(self, micro, logprobs, entropy, ref_logprobs, normalizer):

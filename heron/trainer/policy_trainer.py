@@ -91,7 +91,9 @@ class PolicyTrainer(Resident):
         """Replaces the engine's logprobs by the trainer's and sets the mismatch correction."""
         engine_logprobs = batch.old_logprobs
         batch.old_logprobs = self.compute_logprobs(batch)
-        batch.mismatch_weights, metrics = self.objective.engine_mismatch(batch.old_logprobs, engine_logprobs, batch.loss_mask)
+        batch.mismatch_weights, metrics = self.objective.engine_mismatch(
+            batch.old_logprobs, engine_logprobs, batch.loss_mask, self._token_count(batch)
+        )
         return metrics
 
     @needs_device
@@ -135,6 +137,11 @@ class PolicyTrainer(Resident):
         token-mean: its loss-token count). Data-parallel trainers all-reduce the sums
         (``heron.parallel``)."""
         return normalizer(*self.objective.denominators(mini.loss_mask))
+
+    def _token_count(self, batch: TrainBatch) -> float:
+        """Divisor that turns token sums over ``batch`` into means (data-parallel trainers: this
+        rank's share of the global count, so the rank mean of the metric is the global mean)."""
+        return max(batch.num_loss_tokens, 1.0)
 
     def _clip_grad_norm(self, max_norm: float) -> float:
         return float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
