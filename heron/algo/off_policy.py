@@ -18,9 +18,10 @@ pi_engine(y_t) (trainer recomputed / engine logprobs):
   gradient instead of being reweighted.
 
 The weights multiply the policy loss only (not KL or entropy terms) and leave the loss
-normaliser alone (a masked token counts as a zero term). Metrics are computed whatever
-the mode, whenever the trainer recomputes old logprobs: mean |log w_t|, and the fraction
-of tokens the mode truncated or masked.
+normaliser alone (a masked token counts as a zero term). Metrics: mean |log w_t|, and the
+fraction of tokens the mode truncated or masked (with mode "none", only when
+``algo.off_policy.log_mismatch``: the embedded engine's logprobs differ from the trainer's by
+float round-off, ~1e-7, which is not bit-stable across memory layouts, e.g. with offload).
 """
 
 from __future__ import annotations

@@ -60,6 +60,8 @@ class PolicyObjective:
 
     def engine_mismatch(self, old_logprobs, engine_logprobs, loss_mask, normalizer):
         c = self.cfg.off_policy
+        if c.mode == "none" and not c.log_mismatch:
+            return None, {}
         return engine_mismatch_weights(
             old_logprobs, engine_logprobs, loss_mask, mode=c.mode, tis_cap=c.tis_cap, mask_low=c.mask_low,
             mask_high=c.mask_high, normalizer=normalizer,
