@@ -23,6 +23,7 @@ from heron.plugins.hooks import DataSource
 from heron.preflight import PreflightReport, preflight
 from heron.residency.wiring import ResidencySettings
 from heron.reward.scorer import RewardScorer
+from heron.rollout.batch_filler import BatchFiller
 from heron.rollout.generator import RolloutGenerator
 from heron.rollout.registry import EngineSpec
 from heron.trainer.build import TrainerSpec
@@ -36,7 +37,7 @@ def trainer_spec(cfg: HeronConfig) -> TrainerSpec:
     return TrainerSpec(
         model=cfg.model, train=cfg.train, algo=cfg.algo, policy_loss=cfg.hooks.policy_loss,
         total_steps=cfg.rollout.num_rollouts * cfg.train.steps_per_rollout,
-        temperature=cfg.rollout.temperature, seed=cfg.run.seed,
+        temperature=cfg.rollout.temperature, max_response_tokens=cfg.rollout.max_new_tokens, seed=cfg.run.seed,
     )
 
 
@@ -66,7 +67,7 @@ def build_components(cfg: HeronConfig, report: PreflightReport | None = None) ->
         data_source = PromptDataSource(cfg.data, cfg.run.seed, dataset=report.train_data)
     eval_sets = {name: dataset.prompts for name, dataset in report.eval_sets.items()}
     torch.manual_seed(cfg.run.seed)
-    scorer = RewardScorer(hooks.reward_fn, cfg.reward, hooks.reward_scope)
+    scorer = RewardScorer(hooks.reward_fn, cfg.reward, hooks.reward_scope, max_response_tokens=cfg.rollout.max_new_tokens)
     executor = build_executor(cfg)  # local: this process; ray: actors (heron.cluster)
     try:
         engine = executor.engine(engine_spec(cfg, tokenizer.pad_token_id))
@@ -85,10 +86,21 @@ def build_components(cfg: HeronConfig, report: PreflightReport | None = None) ->
     if cfg.loop.mode == "async":
         data_source, generator = build_async_generation(cfg, data_source, generator)
     return Components(
-        cfg=cfg, tokenizer=tokenizer, sampler=data_source, generator=generator, engine=engine, scorer=scorer,
+        cfg=cfg, tokenizer=tokenizer, sampler=data_source, generator=generator, engine=engine,
+        scorer=reward_stage(cfg, scorer, generator, data_source),
         trainer=trainer, evaluator=EvalSuite(evaluators) if evaluators else None, hooks=hooks,
         residency=residency, executor=executor,
     )
+
+
+def reward_stage(
+    cfg: HeronConfig, scorer: RewardScorer, generator: RolloutGenerator, data_source: DataSource
+) -> RewardScorer | BatchFiller:
+    """The run's reward stage: the scorer, or with ``rollout.dynamic_sampling`` the scorer inside
+    DAPO's ``BatchFiller`` (which generates more groups until the batch is informative)."""
+    if not cfg.rollout.dynamic_sampling.enabled:
+        return scorer
+    return BatchFiller(scorer, generator, data_source, cfg.rollout.dynamic_sampling, cfg.run.seed, cfg.hooks.data_source)
 
 
 def build_async_generation(cfg: HeronConfig, data_source: DataSource, generator: RolloutGenerator):

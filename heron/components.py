@@ -12,6 +12,7 @@ from heron.plugins.hooks import DataSource
 from heron.plugins.run_hooks import RunHooks
 from heron.residency.coordinator import Coordinator
 from heron.reward.scorer import RewardScorer
+from heron.rollout.batch_filler import BatchFiller
 from heron.rollout.engine import RolloutEngine
 from heron.rollout.generator import RolloutGenerator
 from heron.trainer.protocol import Trainer
@@ -24,7 +25,7 @@ class Components:
     sampler: DataSource  # the data source (hooks.data_source or the built-in PromptDataSource)
     generator: RolloutGenerator
     engine: RolloutEngine
-    scorer: RewardScorer
+    scorer: RewardScorer | BatchFiller  # the reward stage; BatchFiller: DAPO dynamic sampling around the scorer
     trainer: Trainer  # PolicyTrainer in this process, or TrainerGroup over rank actors
     evaluator: EvalSuite | None
     hooks: RunHooks

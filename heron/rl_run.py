@@ -22,6 +22,7 @@ from heron.records import RolloutBatch
 from heron.run_dir import hold_run_folders
 from heron.tracking.tracker import Tracker
 from heron.trainer.batch import collate
+from heron.trainer.reward_kl import reward_kl_penalties
 from heron.weights.version import check_served_versions
 
 
@@ -91,7 +92,10 @@ class RLRun:
             return self.c.scorer.score(batch)
 
     def advantages(self, batch: RolloutBatch) -> RolloutBatch:
-        return assign_advantages(batch, self.c.advantage_estimator())
+        """algo.advantage (or hooks.advantage) over the whole batch; with algo.kl_in_reward the
+        estimator sees r - kl_coef * KL (the trainer computes KL, heron.trainer.reward_kl)."""
+        penalties = reward_kl_penalties(self.c.trainer, batch, self.c.tokenizer.pad_token_id, self.cfg.algo)
+        return assign_advantages(batch, self.c.advantage_estimator(), penalties)
 
     def postprocess(self, batch: RolloutBatch) -> RolloutBatch:
         """hooks.rollout_data_postprocess(config, rollout_id, rollout_data), if configured."""

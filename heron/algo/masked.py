@@ -1,8 +1,9 @@
-"""Reductions over the tokens selected by a 0/1 mask.
+"""Reductions over the tokens selected by a mask, optionally weighted.
 
-Masked-out positions are replaced by 0 with `torch.where` rather than multiplied
-by 0, so padding that holds nan or inf never leaks into the result. An empty
-mask gives 0, not nan.
+``mask`` is bool, 0/1, or non-negative per-token weights (``heron.algo.loss_agg``): the
+sum is sum_i x_i * m_i. Masked-out positions (m_i = 0) are replaced by 0 with
+`torch.where` rather than multiplied by 0, so padding that holds nan or inf never leaks
+into the result. A 0/1 mask multiplies kept values by exactly 1. An empty mask gives 0, not nan.
 """
 
 import torch
@@ -11,9 +12,10 @@ import torch
 def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """sum_i x_i * m_i over all elements (dim=None) or along `dim`.
 
-    `mask` is bool or 0/1 and broadcastable to `x`.
+    `mask` is bool, 0/1 or non-negative weights, broadcastable to `x`.
     """
-    kept = torch.where(mask.bool(), x, torch.zeros((), dtype=x.dtype))
+    weighted = x if mask.dtype == torch.bool else x * mask.to(x.dtype)
+    kept = torch.where(mask.bool(), weighted, torch.zeros((), dtype=x.dtype))
     return kept.sum() if dim is None else kept.sum(dim=dim)
 
 

@@ -76,6 +76,13 @@ class TrainerGroup(Resident):
         self.version += 1
         return metrics[0]
 
+    @needs_device
+    def sequence_kl(self, batch: TrainBatch) -> list[float]:
+        """``PolicyTrainer.sequence_kl`` of every row: each rank computes an equal share of rows."""
+        shards = shard_for_ranks(batch, 1, len(self.ranks))
+        parts = wait_all([(r, r.submit("sequence_kl", s)) for r, s in zip(self.ranks, shards)], "sequence_kl", self.timeout_s)
+        return [value for part in parts for value in part]
+
     @host_only
     def weights(self) -> WeightHandle:
         """Rank 0's full weights of the current version, by ``cluster.weight_transport``

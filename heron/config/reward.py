@@ -65,9 +65,17 @@ class RewardConfig:
     )
     max_concurrency: int = doc("Reward calls in flight at once (threads for sync functions, tasks for async).", 1)
     remote: RemoteRewardConfig = doc("The HTTP reward model used by reward.fn=remote.", factory=RemoteRewardConfig)
+    overlong_buffer: int = doc(
+        "DAPO's overlong reward shaping: a response longer than rollout.max_new_tokens - overlong_buffer tokens loses "
+        "overlong_penalty * (excess / overlong_buffer) of reward, linearly up to the limit; 0 disables it.",
+        0,
+    )
+    overlong_penalty: float = doc("The largest overlong penalty (DAPO: 1), reached at rollout.max_new_tokens.", 1.0)
 
     def __post_init__(self):
         check(self.timeout_s >= 0, f"reward.timeout_s must be >= 0, got {self.timeout_s}")
+        check(self.overlong_buffer >= 0, f"reward.overlong_buffer must be >= 0, got {self.overlong_buffer}")
+        check(self.overlong_penalty >= 0, f"reward.overlong_penalty must be >= 0, got {self.overlong_penalty}")
         check(self.max_concurrency >= 1, f"reward.max_concurrency must be >= 1, got {self.max_concurrency}")
         check(
             self.fn not in BUILTIN_REWARD_NAMES or self.scope == "sample",

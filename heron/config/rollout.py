@@ -3,6 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from heron.config.base import check, doc
+from heron.config.dynamic_sampling import DynamicSamplingConfig
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,7 @@ class RolloutConfig:
     top_p: float = doc("Nucleus sampling mass in (0, 1].", 1.0)
     stop: list[str] = doc("Extra stop strings, each a single token; EOS always stops.", factory=list)
     max_batch_size: int = doc("Most sequences the engine decodes at once.", 64)
+    dynamic_sampling: DynamicSamplingConfig = doc("DAPO dynamic sampling: keep only informative groups.", factory=DynamicSamplingConfig)
 
     def __post_init__(self):
         check(self.num_rollouts >= 0, f"rollout.num_rollouts must be >= 0, got {self.num_rollouts}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from heron.config.algo import AlgoConfig
+from heron.config.algo_checks import check_algo_combinations
 from heron.config.base import apply_overrides, build, check, doc, load_yaml
 from heron.config.checkpoint import CheckpointConfig
 from heron.config.cluster import ClusterConfig
@@ -55,8 +56,7 @@ class HeronConfig:
             "data.path is required: set data.path=<prompts.jsonl|.parquet|hf folder> (or hooks.data_source)",
         )
         self._check_cluster()
-        if not self.hooks.advantage:  # a hook estimator replaces algo.advantage
-            self.algo.check_group_size(self.rollout.samples_per_prompt)
+        check_algo_combinations(self)
         mini = self.rollout.num_samples // self.train.steps_per_rollout
         check(
             self.rollout.num_samples % self.train.steps_per_rollout == 0,

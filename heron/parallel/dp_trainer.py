@@ -2,7 +2,8 @@
 
 Each rank trains on its share of every mini-batch. Equivalence with one process on the
 whole mini-batch: the loss of rank r is ``sum_r(token terms) / (T / N)`` where T is the
-global loss-token count of the mini-batch (all-reduced) and N the world size. FSDP2 and DDP
+global normaliser of the mini-batch (all-reduced; token-mean: its loss-token count, see
+``heron.algo.loss_agg`` for the other aggregations) and N the world size. FSDP2 and DDP
 average gradients over ranks, so the applied gradient is
 ``(1/N) * sum_r grad(sum_r / (T/N)) = grad(sum_all / T)`` -- exactly the single-process
 token-level gradient. Metric sums follow the same algebra, so their rank mean is the
@@ -14,6 +15,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from heron.algo.loss_agg import LossNormalizer, normalizer
 from heron.parallel.data_parallel import all_reduce_mean, all_reduce_sum, clip_grad_norm, full_state_dict
 from heron.residency import needs_device
 from heron.residency.snapshot import host_snapshot_of
@@ -24,9 +26,12 @@ from heron.trainer.policy_trainer import PolicyTrainer
 class DataParallelTrainer(PolicyTrainer):
     """A ``PolicyTrainer`` whose model was made data-parallel by ``apply_data_parallel``."""
 
-    def _loss_normalizer(self, mini: TrainBatch) -> float:
-        global_tokens = all_reduce_sum(mini.num_loss_tokens)
-        return max(global_tokens, 1.0) / dist.get_world_size()
+    def _loss_normalizer(self, mini: TrainBatch) -> LossNormalizer:
+        loss_sum, metric_sum = self.objective.denominators(mini.loss_mask)
+        return normalizer(all_reduce_sum(loss_sum), all_reduce_sum(metric_sum), dist.get_world_size())
+
+    def _token_count(self, batch: TrainBatch) -> float:
+        return max(all_reduce_sum(batch.num_loss_tokens), 1.0) / dist.get_world_size()
 
     def _clip_grad_norm(self, max_norm: float) -> float:
         return clip_grad_norm(self.model, max_norm)

@@ -36,4 +36,5 @@ def concat(parts: list[TrainBatch]) -> TrainBatch:
         loss_mask=torch.cat([p.loss_mask for p in parts]),
         advantages=torch.cat([p.advantages for p in parts]),
         old_logprobs=torch.cat([p.old_logprobs for p in parts]),
+        mismatch_weights=None if parts[0].mismatch_weights is None else torch.cat([p.mismatch_weights for p in parts]),
     )

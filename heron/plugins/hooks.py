@@ -76,7 +76,7 @@ class PolicyLossFn(Protocol):
         clip_high: float,
         normalizer: float,
     ) -> PolicyLossOutput:
-        """Loss of one micro-batch: logprobs, old_logprobs, loss_mask [B, T]; advantages [B]."""
+        """Loss of one micro-batch: logprobs, old_logprobs, loss_mask (0/1 or token weights) [B, T]; advantages [B]."""
 
 
 class DataSource(Protocol):
@@ -203,7 +203,12 @@ def postprocess(config, rollout_id, rollout_data):
             config_key="hooks.advantage",
             protocol=AdvantageFn,
             asyncness="sync",
-            when="In the advantages step, once per group (rewards of shape [1, N]); replaces algo.advantage.",
+            when=(
+                "In the advantages step, once per rollout, with the whole batch's rewards [G, N] (one row per group, "
+                "in batch order; every group of a batch has the same size N, see heron.algo.assign), so batch "
+                "statistics are possible; replaces algo.advantage. With algo.kl_in_reward the rewards already have "
+                "kl_coef * KL subtracted."
+            ),
             example="""\
 def advantage(rewards):
     return rewards - rewards.mean(dim=-1, keepdim=True)""",
@@ -214,8 +219,11 @@ def advantage(rewards):
             protocol=PolicyLossFn,
             asyncness="sync",
             when=(
-                "In the train step, once per micro-batch, instead of algo.loss; normalizer is the loss-token count "
-                "of the whole mini-batch (see heron.algo.policy_loss). Return a PolicyLossOutput."
+                "In the train step, once per micro-batch, instead of algo.loss. Compute every term as "
+                "sum(loss_mask * per_token) / normalizer: loss_mask is 0/1 under algo.loss_agg=token-mean and "
+                "normalizer the loss-token count of the whole mini-batch; other aggregations and algo.off_policy "
+                "put per-token weights into loss_mask and their normaliser into normalizer (see "
+                "heron.algo.loss_agg). Return a PolicyLossOutput."
             ),
             example="""\
 def policy_loss(logprobs, old_logprobs, advantages, loss_mask, *, clip_low, clip_high, normalizer):

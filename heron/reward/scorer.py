@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence
 from heron.config.reward import RewardConfig
 from heron.records import Prompt, RolloutBatch
 from heron.reward.builtin import BUILTIN_REWARDS
+from heron.reward.overlong import overlong_penalty
 
 log = logging.getLogger("heron.reward")
 
@@ -77,7 +78,9 @@ def build_reward_fn(cfg: RewardConfig) -> tuple[Callable[..., Any], str]:
 
 
 class RewardScorer:
-    def __init__(self, fn: Callable[..., Any], cfg: RewardConfig | None = None, scope: str = "sample"):
+    def __init__(
+        self, fn: Callable[..., Any], cfg: RewardConfig | None = None, scope: str = "sample", max_response_tokens: int = 0
+    ):
         from heron.plugins.loader import is_async_callable
 
         self.fn = fn
@@ -85,6 +88,8 @@ class RewardScorer:
         self.scope = scope
         self.is_async = is_async_callable(fn)
         self.num_errors = 0  # failures in the latest training batch (score()); eval counts its own
+        self.max_response_tokens = max_response_tokens  # L_max of the overlong shaping (rollout.max_new_tokens)
+        self.overlong_mean = 0.0  # mean overlong penalty of the latest score() call
 
     @classmethod
     def from_config(cls, cfg: RewardConfig) -> "RewardScorer":
@@ -103,10 +108,20 @@ class RewardScorer:
             prompts, [s.response_text for s in samples], [s.sample_id for s in samples],
             group_sizes=[len(g.samples) for g in batch.groups],
         )
-        for sample, reward in zip(samples, scores.rewards):
-            sample.reward = reward
+        penalties = [self._overlong(len(s.response_tokens)) for s in samples]
+        for sample, reward, penalty in zip(samples, scores.rewards, penalties):
+            sample.reward = reward + penalty if penalty else reward
         self.num_errors = scores.num_errors
+        self.overlong_mean = sum(penalties) / len(penalties) if penalties else 0.0
         return batch
+
+    def _overlong(self, length: int) -> float:
+        """DAPO's soft length penalty (``heron.reward.overlong``), training rewards only."""
+        if self.cfg.overlong_buffer == 0:
+            return 0.0
+        if self.max_response_tokens < 1:
+            raise ValueError("reward.overlong_buffer needs the scorer's max_response_tokens (rollout.max_new_tokens)")
+        return overlong_penalty(length, self.max_response_tokens, self.cfg.overlong_buffer, self.cfg.overlong_penalty)
 
     def score_responses(
         self, prompts: Sequence[Prompt], responses: Sequence[str], sample_ids: Sequence[str],
@@ -126,8 +141,9 @@ class RewardScorer:
         return scores
 
     def metrics(self) -> dict[str, float]:
-        """The latest training batch's reward failures."""
-        return {"reward/num_errors": float(self.num_errors)}
+        """The latest training batch's reward failures (and mean overlong penalty, if shaped)."""
+        overlong = {"reward/overlong_penalty_mean": self.overlong_mean} if self.cfg.overlong_buffer else {}
+        return {"reward/num_errors": float(self.num_errors), **overlong}
 
     def _calls(self, prompts: list[Prompt], responses: list[str], ids: list[str], sizes: list[int]) -> list[_Call]:
         if self.scope == "sample":

@@ -41,17 +41,20 @@ class RolloutGenerator:
             greedy=greedy,
         )
 
-    def generate(self, rollout_id: int, prompts: list[Prompt]) -> RolloutBatch:
+    def generate(self, rollout_id: int, prompts: list[Prompt], seed: int | None = None) -> RolloutBatch:
+        """``seed`` replaces run.seed in every sample's seed derivation: dynamic sampling's
+        extra rounds pass one per round, so their draws differ from round 0's."""
+        seed = self.seed if seed is None else seed
         if self.custom is not None:
             from heron.rollout.generate_context import GenerateContext
 
-            ctx = GenerateContext(rollout_id, self.engine, self.formatter, self.cfg, self.seed, self.stop_token_ids, self.hook_args)
+            ctx = GenerateContext(rollout_id, self.engine, self.formatter, self.cfg, seed, self.stop_token_ids, self.hook_args)
             return RolloutBatch(rollout_id, self.engine.policy_version, self.custom.groups(ctx, prompts))
         n = self.cfg.samples_per_prompt
         requests = [
             GenerationRequest(
                 prompt_tokens=self.formatter.encode(p),
-                params=self.params(derive_seed(self.seed, rollout_id, p.prompt_id, i)),
+                params=self.params(derive_seed(seed, rollout_id, p.prompt_id, i)),
             )
             for p in prompts
             for i in range(n)

@@ -24,6 +24,9 @@ class TrainBatch:
     loss_mask: torch.Tensor  # [B, L-1] float: 1 where target input_ids[:, t+1] is a policy token
     advantages: torch.Tensor  # [B] float
     old_logprobs: torch.Tensor  # [B, L-1] float: engine logprobs on loss positions, 0 elsewhere
+    # [B, L-1] float or None: per-token weights of the policy loss that correct the engine/trainer
+    # mismatch (algo.off_policy); set by the trainer after it recomputes old_logprobs
+    mismatch_weights: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -37,6 +40,7 @@ class TrainBatch:
             loss_mask=self.loss_mask[index],
             advantages=self.advantages[index],
             old_logprobs=self.old_logprobs[index],
+            mismatch_weights=None if self.mismatch_weights is None else self.mismatch_weights[index],
         )
 
     def chunks(self, size: int) -> Iterator["TrainBatch"]:

@@ -29,6 +29,8 @@ class TrainerSpec:
     """Optimizer steps of the whole run (the LR schedule's horizon)."""
     temperature: float
     """``rollout.temperature``: the trainer's logprobs use the sampling temperature."""
+    max_response_tokens: int
+    """``rollout.max_new_tokens``: the fixed length L of ``algo.loss_agg=seq-mean-token-sum-norm``."""
     seed: int
     """``run.seed``: a rank actor seeds torch with it before building (as the driver does)."""
 
@@ -44,9 +46,10 @@ def build_trainer(
     from heron.plugins.loader import load_hook
 
     policy_loss = load_hook("policy_loss", spec.policy_loss) if spec.policy_loss else None
-    objective = PolicyObjective(spec.algo, policy_loss=policy_loss)
+    objective = PolicyObjective(spec.algo, policy_loss=policy_loss, max_response_tokens=spec.max_response_tokens)
     model = load_model(spec.model.path, spec.model.dtype)
-    reference = load_model(spec.model.path, spec.model.dtype) if objective.needs_reference else None
+    # the reference serves the KL term of the loss or, with algo.kl_in_reward, of the reward (sequence_kl)
+    reference = load_model(spec.model.path, spec.model.dtype) if spec.algo.kl_coef > 0 else None
     return trainer_cls(
         parallelize(model) if parallelize else model,
         spec.train,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from heron.algo.loss_agg import LossNormalizer, normalizer
 from heron.checkpoint.run_state import TrainerState
 from heron.checkpoint.shards import ModuleShards, SavedShards, ShardRequest
 from heron.config.train import TrainConfig
@@ -85,9 +86,9 @@ class PolicyTrainer(Resident):
     @needs_device
     def train(self, batch: TrainBatch) -> dict[str, float]:
         """``steps_per_rollout`` optimizer steps on ``batch``; returns metrics averaged over the
-        applied steps, plus ``nonfinite_skipped`` (steps skipped, see heron.trainer.nonfinite)."""
-        if self.cfg.recompute_old_logprobs:
-            batch.old_logprobs = self.compute_logprobs(batch)
+        applied steps, plus ``nonfinite_skipped`` (steps skipped, see heron.trainer.nonfinite) and
+        the engine-mismatch metrics (once per rollout, when old logprobs are recomputed)."""
+        mismatch_metrics = self._recompute_old_logprobs(batch) if self.cfg.recompute_old_logprobs else {}
         ref_logprobs = self.compute_logprobs(batch, reference=True) if self.objective.needs_reference else None
         mini_size = len(batch) // self.cfg.steps_per_rollout
         steps = []
@@ -97,7 +98,25 @@ class PolicyTrainer(Resident):
             steps.append(self._optimizer_step(batch.select(index), ref, step))
         self.version += 1
         self._publish_weights()
-        return _mean_over_applied(steps)
+        return {**_mean_over_applied(steps), **mismatch_metrics}
+
+    def _recompute_old_logprobs(self, batch: TrainBatch) -> dict[str, float]:
+        """Replaces the engine's logprobs by the trainer's and sets the mismatch correction."""
+        engine_logprobs = batch.old_logprobs
+        batch.old_logprobs = self.compute_logprobs(batch)
+        batch.mismatch_weights, metrics = self.objective.engine_mismatch(
+            batch.old_logprobs, engine_logprobs, batch.loss_mask, self._token_count(batch)
+        )
+        return metrics
+
+    @needs_device
+    @torch.no_grad()
+    def sequence_kl(self, batch: TrainBatch) -> list[float]:
+        """sum_t KL_t per sequence between the rollout policy (old logprobs: recomputed, or the
+        engine's) and the reference, for ``algo.kl_in_reward`` (``heron.algo.kl.sequence_kl``)."""
+        old = self.compute_logprobs(batch) if self.cfg.recompute_old_logprobs else batch.old_logprobs
+        ref = self.compute_logprobs(batch, reference=True)
+        return self.objective.reward_kl(old, ref, batch.loss_mask).tolist()
 
     def _publish_weights(self) -> None:
         """Refreshes the host snapshot ``weights()`` hands out. Every operation that changes the
@@ -144,10 +163,16 @@ class PolicyTrainer(Resident):
             raise nonfinite_error(found, rollout_id, step, self.cfg.steps_per_rollout)
         log.warning("skipped optimizer step %d of rollout %d: non-finite %s (train.on_nonfinite=skip)", step + 1, rollout_id, found)
 
-    def _loss_normalizer(self, mini: TrainBatch) -> float:
-        """Divisor of every loss term: the mini-batch's loss-token count (data-parallel
-        trainers override it with the global count, see ``heron.parallel``)."""
-        return max(mini.num_loss_tokens, 1.0)
+    def _loss_normalizer(self, mini: TrainBatch) -> LossNormalizer:
+        """Divisors of every loss term and metric for the mini-batch (``heron.algo.loss_agg``;
+        token-mean: its loss-token count). Data-parallel trainers all-reduce the sums
+        (``heron.parallel``)."""
+        return normalizer(*self.objective.denominators(mini.loss_mask))
+
+    def _token_count(self, batch: TrainBatch) -> float:
+        """Divisor that turns token sums over ``batch`` into means (data-parallel trainers: this
+        rank's share of the global count, so the rank mean of the metric is the global mean)."""
+        return max(batch.num_loss_tokens, 1.0)
 
     def _clip_grad_norm(self, max_norm: float) -> float:
         return float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))

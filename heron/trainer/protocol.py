@@ -19,6 +19,8 @@ Contract every trainer keeps:
 - ``load_state(checkpoint, run_config)`` checks that the checkpoint fits (one-line error, nothing
   loaded, if not), loads it and returns the ``TrainerState`` it restored; the next ``weights()``
   serves the loaded version.
+- ``sequence_kl(batch)`` gives, per row in batch order, sum_t KL_t between the rollout policy and
+  the frozen reference (``algo.kl_in_reward``; needs ``algo.kl_coef > 0``); it changes nothing.
 - ``holdings()`` declares what the trainer holds on its device, for the residency layer.
 """
 
@@ -42,6 +44,8 @@ class Trainer(Protocol):
     """Policy version: number of ``train`` calls applied to the weights (restored on resume)."""
 
     def train(self, batch: TrainBatch) -> dict[str, float]: ...
+
+    def sequence_kl(self, batch: TrainBatch) -> list[float]: ...
 
     def weights(self) -> WeightHandle: ...
 

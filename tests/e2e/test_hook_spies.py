@@ -53,11 +53,15 @@ def test_reward_scores_the_generated_responses_and_the_eval_answers(spied_run):
     assert eval_ids == [0, 1, 2, 3, 4] * (1 + NUM_ROLLOUTS)  # the 'hard' set before rollout 0 and after each
 
 
-def test_advantage_gets_each_groups_rewards(spied_run):
+def test_advantage_gets_the_whole_batchs_rewards_once_per_rollout(spied_run):
     _, calls, _ = spied_run
     values = [v for src, _, _, v in calls["reward"] if src == "train"]
-    expected = [[values[k * GROUP : (k + 1) * GROUP]] for k in range(NUM_ROLLOUTS * BATCH)]
-    assert calls["advantage"] == expected
+    per_rollout = BATCH * GROUP
+    expected = [
+        [values[r * per_rollout + k * GROUP : r * per_rollout + (k + 1) * GROUP] for k in range(BATCH)]
+        for r in range(NUM_ROLLOUTS)
+    ]
+    assert calls["advantage"] == expected  # one [G, N] call per rollout, groups in batch order
 
 
 def test_postprocess_gets_its_config_the_rollout_id_and_the_scored_batch(spied_run):

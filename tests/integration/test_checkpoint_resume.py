@@ -44,6 +44,11 @@ def _length_reward(prompt, response: str) -> float:
     return len(response.strip()) / 8.0
 
 
+def _parity_reward(prompt, response: str) -> float:
+    """Binary and varied on the random toy model, so some groups are all equal and some mixed."""
+    return float(len(response.strip()) % 2)
+
+
 class _Stop(Exception):
     pass
 
@@ -56,6 +61,7 @@ def assets(toy_model_dir, tmp_path_factory):
     paths = write_splits(folder, seed=0, max_digits=2, num_train=64, num_test=16)
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(BUILTIN_REWARDS, "test_length", _length_reward)
+        mp.setitem(BUILTIN_REWARDS, "test_parity", _parity_reward)
         yield {"model": toy_model_dir, "train": paths["train"], "test": paths["test"]}
 
 
@@ -393,3 +399,27 @@ def test_resume_drops_a_torn_last_line_of_the_run_files_with_a_warning(assets, s
     for name in ("metrics.jsonl", "eval.jsonl"):
         assert (run_dir / name).read_bytes() == (straight["dir"] / name).read_bytes()
         assert any(f"{name}:" in r.getMessage() and "torn" in r.getMessage() for r in caplog.records)
+
+
+# DAPO's dynamic sampling draws extra prompts and generates extra rounds inside a rollout; with
+# them the KL-in-reward term, RLOO, TIS and the sequence-mean aggregation: resume stays exact.
+DAPO_LIKE = [
+    "reward.fn=test_parity", "rollout.samples_per_prompt=2", "rollout.dynamic_sampling.enabled=true",
+    "rollout.dynamic_sampling.max_rounds=2", "algo.advantage=rloo", "algo.kl_coef=0.05", "algo.kl_in_reward=true",
+    "algo.kl_estimator=k1", "algo.off_policy.mode=tis", "algo.loss_agg=seq-mean-token-mean", "algo.clip_high=0.28",
+    "reward.overlong_buffer=2",
+]
+
+
+def test_dynamic_sampling_resume_equals_straight_run(assets, tmp_path):
+    straight_run = _run(_config(assets, tmp_path / "straight", *DAPO_LIKE))
+    run_dir = tmp_path / "run"
+    _run(_config(assets, run_dir, *DAPO_LIKE), stop_after=STOP_AFTER)
+    resumed = _run(_config(assets, run_dir, *DAPO_LIKE))
+    assert resumed.start_rollout == 2
+    rows = _rows(run_dir / "metrics.jsonl")
+    assert rows == _rows(tmp_path / "straight" / "metrics.jsonl")
+    assert sum(r["dynamic_sampling/rounds"] for r in rows) > 0  # extra rounds really ran
+    assert sum(r["dynamic_sampling/groups_drawn"] for r in rows) > 4 * NUM_ROLLOUTS
+    _assert_same_trainer_state(resumed.c.trainer, straight_run.c.trainer)
+    assert resumed.c.sampler.state_dict() == straight_run.c.sampler.state_dict()

@@ -69,19 +69,33 @@ def _run(cfg):
     return tokens, metrics, weights, served
 
 
+# The second case also runs a non-default objective: per-sequence aggregation (its normaliser is
+# all-reduced like the token count), the KL-in-reward term (TrainerGroup.sequence_kl on the ranks),
+# TIS weights and their metrics (rank means of global-normalised sums), RLOO and an entropy bonus.
+# train.eps=1 makes AdamW's step ~lr * g instead of ~lr * sign(g): with the extra entropy and KL
+# terms more gradient elements sit near 0, where the default eps turns sum-order round-off into
+# a visible step (measured: one element of 49152 off by 1.3e-5 at eps=1e-8); equal gradients
+# then show up as equal parameters, as in tests/unit/test_trainer.py.
+ALGO = [
+    "train.eps=1.0",
+    "algo.advantage=rloo", "algo.loss_agg=seq-mean-token-mean", "algo.off_policy.mode=tis", "algo.kl_coef=0.05",
+    "algo.kl_in_reward=true", "algo.kl_estimator=k1", "algo.entropy_coef=0.01",
+]
+
+
 @pytest.mark.parametrize(
-    "parallel,colocate,transport,num_engines",
-    [("fsdp2", "false", "broadcast", 1), ("ddp", "true", "disk", 2)],
-    ids=["fsdp2-disaggregated-broadcast-1engine", "ddp-colocated-disk-2engines"],
+    "parallel,colocate,transport,num_engines,algo",
+    [("fsdp2", "false", "broadcast", 1, []), ("ddp", "true", "disk", 2, ALGO)],
+    ids=["fsdp2-disaggregated-broadcast-1engine", "ddp-colocated-disk-2engines-rloo-seqmean-tis-klreward"],
 )
 def test_two_ranks_equal_one_process(
-    ray_session, toy_model_dir, toy_data_path, tmp_path, parallel, colocate, transport, num_engines
+    ray_session, toy_model_dir, toy_data_path, tmp_path, parallel, colocate, transport, num_engines, algo
 ):
-    local = _run(_config(toy_model_dir, toy_data_path, tmp_path / "local"))
+    local = _run(_config(toy_model_dir, toy_data_path, tmp_path / "local", *algo))
     ray_run = _run(_config(
         toy_model_dir, toy_data_path, tmp_path / "ray", "cluster.backend=ray", RAY_START, "train.world_size=2",
         f"train.parallel={parallel}", "cluster.cpus_per_bundle=0.5", f"colocate={colocate}",
-        f"cluster.weight_transport={transport}", f"cluster.num_engines={num_engines}",
+        f"cluster.weight_transport={transport}", f"cluster.num_engines={num_engines}", *algo,
     ))
     (local_tokens, local_metrics, local_weights, local_served), (ray_tokens, ray_metrics, ray_weights, ray_served) = local, ray_run
     model_config = AutoConfig.from_pretrained(toy_model_dir)

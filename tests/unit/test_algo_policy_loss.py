@@ -5,10 +5,13 @@ normalizer n, a token's gradient wrt its logprob is -ratio * A / n when unclippe
 (d ratio / d logp = ratio) and 0 when the clipped term is selected.
 """
 
+import math
+
 import pytest
 import torch
 
-from heron.algo.policy_loss import POLICY_LOSSES, ppo_clip_loss
+from heron.algo.losses import POLICY_LOSSES
+from heron.algo.policy_loss import ppo_clip_loss
 
 pytestmark = pytest.mark.portability  # float32 results against hand-worked numbers
 
@@ -136,3 +139,80 @@ def test_rejects_bad_clip_range():
 
 def test_registry():
     assert POLICY_LOSSES["ppo_clip"] is ppo_clip_loss
+
+
+# --- dual-clip and the log-ratio clamp ---
+
+
+def test_dual_clip_caps_the_loss_of_negative_advantages():
+    # token: (ratio, A)  PPO loss                   with c = 3         grad (n = 4)
+    # 0: (5, -1)  -min(-5, -1.2) = 5                capped at 3       0 (capped)
+    # 1: (2, -1)  -min(-2, -1.2) = 2                2 < 3, kept       2 / 4 = 0.5
+    # 2: (5, +1)  -min(5, 1.2) = -1.2               A > 0: untouched  0 (clipped)
+    # 3: (0.5, -1) -min(-0.5, -0.8) = 0.8           0.8 < 3           0 (clipped)
+    logp = _logprobs([[5.0, 2.0, 5.0, 0.5]])
+    adv = torch.tensor([[-1.0, -1.0, 1.0, -1.0]])
+    plain = ppo_clip_loss(logp, torch.zeros(1, 4), adv, torch.ones(1, 4))
+    assert plain.loss.item() == pytest.approx((5 + 2 - 1.2 + 0.8) / 4)
+    dual = ppo_clip_loss(logp, torch.zeros(1, 4), adv, torch.ones(1, 4), clip_ratio_c=3.0)
+    dual.loss.backward()
+    assert dual.loss.item() == pytest.approx((3 + 2 - 1.2 + 0.8) / 4)
+    torch.testing.assert_close(logp.grad, torch.tensor([[0.0, 0.5, 0.0, 0.0]]))
+    assert dual.extra["dual_clip_fraction"].item() == pytest.approx(0.25)
+
+
+def test_dual_clip_needs_c_above_one():
+    with pytest.raises(ValueError, match="clip_ratio_c > 1"):
+        ppo_clip_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1), torch.ones(1, 1), clip_ratio_c=0.5)
+
+
+def test_stale_old_logprobs_cannot_give_inf_or_nan():
+    # old logprob -100 for a token now at logp 0: ratio e^100 overflows float32 (inf);
+    # A = -1 gives an inf loss, A = 0 gives inf * 0 = nan, without the clamp
+    logp = torch.zeros(1, 2, requires_grad=True)
+    old = torch.full((1, 2), -100.0)
+    adv = torch.tensor([[-1.0, 0.0]])
+    raw = ppo_clip_loss(logp, old, adv, torch.ones(1, 2), max_log_ratio=0.0)
+    assert not torch.isfinite(raw.loss)
+    clamped = ppo_clip_loss(logp, old, adv, torch.ones(1, 2))  # default clamp at 20
+    # token 0: ratio e^20 = 4.85165e8, loss = ratio * 1; token 1: 0; mean over 2
+    assert clamped.loss.item() == pytest.approx(math.exp(20) / 2, rel=1e-6)
+    clamped.loss.backward()
+    assert torch.equal(logp.grad, torch.zeros(1, 2))  # clamped tokens get no gradient
+    capped = ppo_clip_loss(logp, old, adv, torch.ones(1, 2), clip_ratio_c=3.0)
+    assert capped.loss.item() == pytest.approx(1.5)  # (3 * |A| + 0) / 2
+
+
+@pytest.mark.parametrize("log_ratio", [-20.0, 20.0])
+def test_extreme_ratios_on_both_sides_pick_the_pessimistic_term(log_ratio):
+    # ratio e^-20 ~ 2e-9 or e^20 ~ 4.9e8, A = +1 and -1 on two tokens
+    ratio = math.exp(log_ratio)
+    logp = torch.full((1, 2), log_ratio, requires_grad=True)
+    out = ppo_clip_loss(logp, torch.zeros(1, 2), torch.tensor([[1.0, -1.0]]), torch.ones(1, 2))
+    out.loss.backward()
+    if log_ratio < 0:  # A > 0: unclipped r A (tiny, has gradient); A < 0: clipped at 0.8 (no gradient)
+        assert out.loss.item() == pytest.approx((-ratio + 0.8) / 2)
+        torch.testing.assert_close(logp.grad, torch.tensor([[-ratio / 2, 0.0]]))
+    else:  # A > 0: clipped at 1.2 (no gradient); A < 0: unclipped r |A| (huge, has gradient)
+        assert out.loss.item() == pytest.approx((-1.2 + ratio) / 2, rel=1e-6)
+        torch.testing.assert_close(logp.grad, torch.tensor([[0.0, ratio / 2]]))
+    assert out.clip_fraction.item() == pytest.approx(0.5)
+
+
+def test_token_weights_in_the_mask_weight_each_token():
+    # weights [0.5, 0.5, 1.0] (seq-mean-token-mean of rows of 2 and 1 tokens), normalizer 2 sequences
+    # ratio 1: l_t = -A_t -> -(0.5 * 2 + 0.5 * 2 + 1 * -1) / 2 = -0.5
+    logp = torch.zeros(2, 2, requires_grad=True)
+    weights = torch.tensor([[0.5, 0.5], [1.0, 0.0]])
+    out = ppo_clip_loss(logp, torch.zeros(2, 2), torch.tensor([2.0, -1.0]), weights, normalizer=2.0)
+    out.loss.backward()
+    assert out.loss.item() == pytest.approx(-0.5)
+    torch.testing.assert_close(logp.grad, torch.tensor([[-0.5, -0.5], [0.5, 0.0]]))  # -w A / 2
+
+
+def test_all_masked_rows_contribute_nothing():
+    logp = torch.tensor([[0.3, -0.2], [float("nan"), float("inf")]], requires_grad=True)
+    out = ppo_clip_loss(logp, torch.zeros(2, 2), torch.tensor([1.0, 5.0]), torch.tensor([[1.0, 1.0], [0.0, 0.0]]))
+    out.loss.backward()
+    assert torch.isfinite(out.loss)
+    assert torch.equal(logp.grad[1], torch.zeros(2))

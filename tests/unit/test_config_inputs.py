@@ -9,7 +9,8 @@ import typing
 import pytest
 
 from heron.config import ConfigError, load_config
-from heron.config.algo import ADVANTAGE_NEEDS_GROUP, AlgoConfig
+from heron.algo.catalog import ADVANTAGES
+from heron.config.algo import AlgoConfig
 from heron.config.reward import RemoteRewardConfig, RewardConfig
 from heron.config.root import HeronConfig
 
@@ -51,7 +52,7 @@ def test_finite_values_still_coerce():
     assert (cfg.train.lr, cfg.reward.failure_value, cfg.train.betas) == (5e-5, -1.0, [0.8, 0.99])
 
 
-@pytest.mark.parametrize("advantage", [a for a, needs in ADVANTAGE_NEEDS_GROUP.items() if needs])
+@pytest.mark.parametrize("advantage", [a for a, info in ADVANTAGES.items() if info.needs_group])
 def test_group_baseline_with_groups_of_one_is_a_config_error(advantage):
     with pytest.raises(ConfigError) as e:
         load_config(None, [*BASE, f"algo.advantage={advantage}", "rollout.samples_per_prompt=1"])
@@ -68,8 +69,8 @@ def test_a_hook_advantage_may_train_on_groups_of_one():
 def test_every_estimator_declares_whether_it_needs_a_group():
     """A new estimator in algo.advantage must say whether its baseline is the group."""
     choices = typing.get_args(typing.get_type_hints(AlgoConfig)["advantage"])
-    assert set(choices) == set(ADVANTAGE_NEEDS_GROUP)
-    assert {name: AlgoConfig(advantage=name).needs_group for name in choices} == ADVANTAGE_NEEDS_GROUP
+    assert set(choices) == set(ADVANTAGES)
+    assert all(isinstance(ADVANTAGES[name].needs_group, bool) for name in choices)
 
 
 @pytest.mark.parametrize("url", ["ftp://127.0.0.1/score", "file:///etc/passwd", "127.0.0.1:8000/score", "http://"])

@@ -124,7 +124,7 @@ def test_builtin_data_source_fits_its_own_hook_point():
 
 def test_builtins_fit_the_hook_points_they_stand_in_for():
     from heron.algo.advantages import ADVANTAGE_ESTIMATORS
-    from heron.algo.policy_loss import POLICY_LOSSES
+    from heron.algo.losses import POLICY_LOSSES
     from heron.config.reward import RemoteRewardConfig
     from heron.plugins.loader import check_hook
     from heron.reward.builtin import BUILTIN_REWARDS
