@@ -29,7 +29,16 @@ class TrainConfig:
         "error",
     )
     recompute_old_logprobs: bool = doc(
-        "Recompute old logprobs with the trainer before the first step (else use the engine's).", True
+        "Old logprobs (pi_old of the policy ratio) are the trainer's, at the weights before the rollout's first "
+        "step (else the engine's sampling logprobs).",
+        True,
+    )
+    old_logprobs_forward: Literal["auto", "always"] = doc(
+        "With recompute_old_logprobs: auto runs the separate no-grad forward for pi_old only where needed "
+        "(steps_per_rollout > 1, algo.off_policy correction or log_mismatch) and otherwise takes pi_old from the "
+        "training forward, detached (the same weights: equal values, one forward less); always runs it every "
+        "rollout. train/old_logprobs_recomputed says which ran.",
+        "auto",
     )
 
     def __post_init__(self):
@@ -41,3 +50,8 @@ class TrainConfig:
         check(self.steps_per_rollout >= 1, f"train.steps_per_rollout must be >= 1, got {self.steps_per_rollout}")
         check(self.world_size >= 1, f"train.world_size must be >= 1, got {self.world_size}")
         check(self.micro_batch_size >= 1, f"train.micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        check(
+            self.recompute_old_logprobs or self.old_logprobs_forward == "auto",
+            "train.old_logprobs_forward=always needs train.recompute_old_logprobs=true (with false the engine's "
+            "logprobs are pi_old and no forward runs)",
+        )

@@ -25,6 +25,9 @@ from heron.trainer.batch import TrainBatch
 
 class Objective(Protocol):
     needs_reference: bool  # the loss needs reference logprobs
+    # engine_mismatch compares the trainer's old logprobs of the whole batch with the engine's
+    # before the first loss, so they need their own forward (heron.trainer.old_logprobs)
+    compares_with_engine: bool
 
     def denominators(self, loss_mask: torch.Tensor) -> tuple[float, float]:
         """(loss, metric) sums of one mini-batch share, before the all-reduce (heron.algo.loss_agg)."""
@@ -53,6 +56,7 @@ class PolicyObjective:
         self.cfg = cfg
         self.policy_loss = policy_loss or policy_loss_from_config(cfg)  # policy_loss: the hooks.policy_loss hook
         self.needs_reference = cfg.kl_coef > 0 and not cfg.kl_in_reward
+        self.compares_with_engine = cfg.off_policy.mode != "none" or cfg.off_policy.log_mismatch
         self.max_response_tokens = max_response_tokens  # L of seq-mean-token-sum-norm (rollout.max_new_tokens)
 
     def denominators(self, loss_mask):
@@ -60,7 +64,7 @@ class PolicyObjective:
 
     def engine_mismatch(self, old_logprobs, engine_logprobs, loss_mask, normalizer):
         c = self.cfg.off_policy
-        if c.mode == "none" and not c.log_mismatch:
+        if not self.compares_with_engine:
             return None, {}
         return engine_mismatch_weights(
             old_logprobs, engine_logprobs, loss_mask, mode=c.mode, tis_cap=c.tis_cap, mask_low=c.mask_low,
@@ -102,6 +106,7 @@ class SFTObjective:
     """Token-level negative log-likelihood of the masked (answer) tokens."""
 
     needs_reference = False
+    compares_with_engine = False
 
     def denominators(self, loss_mask):
         return loss_agg.denominators(loss_mask, "token-mean")

@@ -28,6 +28,7 @@ from heron.trainer.logprobs import forward_logprobs
 from heron.trainer.lr_schedule import build_scheduler
 from heron.trainer.nonfinite import nonfinite_error, nonfinite_values
 from heron.trainer.objectives import Objective
+from heron.trainer.old_logprobs import plan_old_logprobs
 from heron.weights.handle import InMemory, WeightHandle
 
 if TYPE_CHECKING:
@@ -62,6 +63,8 @@ class PolicyTrainer(Resident):
             schedule=cfg.lr_schedule, min_lr_ratio=cfg.min_lr_ratio,
         )
         self.version = 0  # policy version: number of train() calls applied to the weights
+        self.old_logprob_plan = plan_old_logprobs(cfg, objective)  # where pi_old comes from (heron.trainer.old_logprobs)
+        log.info("old logprobs: %s (%s)", self.old_logprob_plan.source, self.old_logprob_plan.reason)
         self._shards: ModuleShards | None = None  # checkpoint writer of this process, made at the first save
         self._publish_weights()
 
@@ -86,9 +89,11 @@ class PolicyTrainer(Resident):
     @needs_device
     def train(self, batch: TrainBatch) -> dict[str, float]:
         """``steps_per_rollout`` optimizer steps on ``batch``; returns metrics averaged over the
-        applied steps, plus ``nonfinite_skipped`` (steps skipped, see heron.trainer.nonfinite) and
-        the engine-mismatch metrics (once per rollout, when old logprobs are recomputed)."""
-        mismatch_metrics = self._recompute_old_logprobs(batch) if self.cfg.recompute_old_logprobs else {}
+        applied steps, plus ``nonfinite_skipped`` (steps skipped, see heron.trainer.nonfinite),
+        ``old_logprobs_recomputed`` (1: a separate forward computed pi_old, see
+        heron.trainer.old_logprobs) and the engine-mismatch metrics (once per rollout, when old
+        logprobs are recomputed)."""
+        mismatch_metrics = self._recompute_old_logprobs(batch) if self.old_logprob_plan.runs_forward else {}
         ref_logprobs = self.compute_logprobs(batch, reference=True) if self.objective.needs_reference else None
         mini_size = len(batch) // self.cfg.steps_per_rollout
         steps = []
@@ -98,7 +103,8 @@ class PolicyTrainer(Resident):
             steps.append(self._optimizer_step(batch.select(index), ref, step))
         self.version += 1
         self._publish_weights()
-        return {**_mean_over_applied(steps), **mismatch_metrics}
+        recomputed = float(self.old_logprob_plan.runs_forward)
+        return {**_mean_over_applied(steps), **mismatch_metrics, "old_logprobs_recomputed": recomputed}
 
     def _recompute_old_logprobs(self, batch: TrainBatch) -> dict[str, float]:
         """Replaces the engine's logprobs by the trainer's and sets the mismatch correction."""
@@ -135,6 +141,8 @@ class PolicyTrainer(Resident):
                 self.model, micro.input_ids, micro.attention_mask, self.temperature, with_entropy=True
             )
             ref = ref_logprobs[i * micro_size : (i + 1) * micro_size] if ref_logprobs is not None else None
+            if self.old_logprob_plan.source == "training_forward":  # the weights pi_old is defined at
+                micro = replace(micro, old_logprobs=logprobs.detach() * micro.loss_mask)
             loss, metrics = self.objective(micro, logprobs, entropy, ref, normalizer)
             loss.backward()
             loss_sum += float(loss.detach())

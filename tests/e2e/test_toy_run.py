@@ -43,5 +43,7 @@ def test_sft_then_rl_raises_the_reward(tmp_path):
     lines = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
     assert [m["rollout_id"] for m in lines] == list(range(12))
     assert {"reward/mean", "time/rollout_s", "policy_version", "train/loss"} <= set(lines[0])
+    # one step per rollout on-policy: pi_old came from the training forward (issue 14, item 2)
+    assert {m["train/old_logprobs_recomputed"] for m in lines} == {0.0}
     assert (run_dir / "reward_curve.png").stat().st_size > 0
     assert (run_dir / "config.yaml").exists()

@@ -6,14 +6,13 @@ Without the agreement the healthy rank would step on and block in the next colle
 
 from __future__ import annotations
 
-import json
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+
+from tests.gloo_ranks import on_gloo_ranks
 
 WORLD = 2
 
@@ -85,26 +84,19 @@ def _save_with_nan_on_rank_1(trainer, rank: int, folder: Path) -> dict:
         return {"error": type(e).__name__, "message": str(e)}
 
 
-def _rank_main(rank: int, model_dir: str, tmp: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=rank, world_size=WORLD,
-                            timeout=timedelta(seconds=60))
-    try:
-        torch.set_num_threads(1)
-        result = {"error": _train_once(_trainer(model_dir, "error"), rank)}
-        skipping = _trainer(model_dir, "skip")
-        result["skip"] = _train_once(skipping, rank)
-        result["save"] = _save_with_nan_on_rank_1(skipping, rank, Path(tmp))
-        Path(tmp, f"rank{rank}.json").write_text(json.dumps(result))
-    finally:
-        dist.destroy_process_group()
+def _scenarios(rank: int, tmp: Path, model_dir: str) -> dict:
+    result = {"error": _train_once(_trainer(model_dir, "error"), rank)}
+    skipping = _trainer(model_dir, "skip")
+    result["skip"] = _train_once(skipping, rank)
+    result["save"] = _save_with_nan_on_rank_1(skipping, rank, tmp)
+    return result
 
 
 @pytest.fixture(scope="module")
 def ranks(toy_model_dir, tmp_path_factory) -> tuple[list[dict], Path]:
     """Both scenarios in one pair of rank processes (a spawn costs seconds of imports)."""
     tmp = tmp_path_factory.mktemp("nonfinite_ranks")
-    mp.spawn(_rank_main, args=(str(toy_model_dir), str(tmp)), nprocs=WORLD, join=True)
-    return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(WORLD)], tmp
+    return on_gloo_ranks(_scenarios, WORLD, tmp, str(toy_model_dir), timeout_s=60), tmp
 
 
 def test_a_loss_nonfinite_on_one_rank_stops_every_rank(ranks):

@@ -1,0 +1,31 @@
+"""Real torch.distributed gloo ranks in subprocesses, without Ray: ``on_gloo_ranks(fn, ...)``
+runs ``fn(rank, tmp, *args) -> dict`` on every rank of one process group and returns each
+rank's dict (JSON, through ``tmp``). Several scenarios belong in one call: a spawn costs
+seconds of imports."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def on_gloo_ranks(fn: Callable[..., dict], world_size: int, tmp: Path, *args, timeout_s: float = 120.0) -> list[dict]:
+    mp.spawn(_rank_main, args=(fn, world_size, str(tmp), args, timeout_s), nprocs=world_size, join=True)
+    return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world_size)]
+
+
+def _rank_main(rank: int, fn, world_size: int, tmp: str, args: tuple, timeout_s: float) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=timeout_s))
+    try:
+        torch.set_num_threads(1)
+        result = fn(rank, Path(tmp), *args)
+        Path(tmp, f"rank{rank}.json").write_text(json.dumps(result))
+    finally:
+        dist.destroy_process_group()
