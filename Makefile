@@ -45,7 +45,7 @@ soak: $(STAMP)
 	  tests/integration/test_checkpoint_crash.py::test_sigkill_during_saves_many_trials
 
 bench: $(STAMP)
-	for b in bench/engine.py bench/residency.py bench/checkpoint.py bench/async.py bench/colocated_ray.py; do $(BIN)/python $$b || exit 1; done
+	for b in bench/engine.py bench/old_logprobs.py bench/residency.py bench/checkpoint.py bench/async.py bench/colocated_ray.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf runs .pytest_cache
