@@ -223,7 +223,8 @@ def advantage(rewards):
                 "sum(loss_mask * per_token) / normalizer: loss_mask is 0/1 under algo.loss_agg=token-mean and "
                 "normalizer the loss-token count of the whole mini-batch; other aggregations and algo.off_policy "
                 "put per-token weights into loss_mask and their normaliser into normalizer (see "
-                "heron.algo.loss_agg). Return a PolicyLossOutput."
+                "heron.algo.loss_agg). old_logprobs is pi_old, no gradient (one step on-policy: the same "
+                "forward's logprobs, detached; see heron.trainer.old_logprobs). Return a PolicyLossOutput."
             ),
             example="""\
 def policy_loss(logprobs, old_logprobs, advantages, loss_mask, *, clip_low, clip_high, normalizer):
