@@ -27,6 +27,7 @@ RESUME_FREE = (
     # what happens on a failure, not what a healthy step computes: a run stopped by a non-finite
     # loss or a hanging reward resumes with train.on_nonfinite=skip or a longer reward.timeout_s
     "train.on_nonfinite", "reward.timeout_s",
+    "train.old_logprobs_forward",  # which forward computes pi_old, not its values (heron.trainer.old_logprobs)
 )
 
 

@@ -68,3 +68,16 @@ def test_failure_policies_may_change_on_resume():
     check_config("rollout-000004", saved, changed)
     with pytest.raises(CheckpointMismatchError, match="train.lr"):
         check_config("rollout-000004", saved, config_fingerprint(to_dict(load_config(None, [*base, "train.lr=0.5"]))))
+
+
+def test_where_old_logprobs_come_from_may_change_on_resume():
+    """train.old_logprobs_forward changes which forward computes pi_old, not its values (issue 14,
+    item 2), so a run resumes across it, and from checkpoints saved before the key existed."""
+    from heron.checkpoint.fingerprint import config_fingerprint
+    from heron.config.base import to_dict
+
+    base = ["model.path=m", "data.path=d.jsonl"]
+    saved = config_fingerprint(to_dict(load_config(None, base)))
+    check_config("rollout-000004", saved, config_fingerprint(to_dict(load_config(None, [*base, "train.old_logprobs_forward=always"]))))
+    before_the_key = {k: v for k, v in saved.items() if k != "train.old_logprobs_forward"}
+    check_config("rollout-000004", before_the_key, saved)
