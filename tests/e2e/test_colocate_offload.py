@@ -97,8 +97,8 @@ def _train_capturing_components(cfg, monkeypatch):
     captured = {}
     build = heron.rl_run.build_components
 
-    def spy(config):
-        components = captured["c"] = build(config)
+    def spy(config, *args):
+        components = captured["c"] = build(config, *args)
         components.scorer = RewardScorer(length_reward)
         return components
 
