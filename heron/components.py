@@ -23,6 +23,7 @@ from heron.rollout.embedded import EmbeddedEngine
 from heron.rollout.engine import RolloutEngine
 from heron.rollout.generator import RolloutGenerator
 from heron.rollout.prompt_format import PromptFormatter
+from heron.rollout.vllm.build import build_vllm_engine  # a server in its own venv; heron never imports vllm
 from heron.trainer.objectives import PolicyObjective
 from heron.trainer.policy_trainer import PolicyTrainer
 
@@ -77,6 +78,8 @@ class Components:
         """Stops actors and the Ray session the executor started (no-op locally); idempotent."""
         if hasattr(self.generator, "close"):
             self.generator.close()  # async generation: stop the background thread first
+        if hasattr(self.engine, "close"):
+            self.engine.close()  # a server engine stops its server (local; on Ray the actor's does)
         if self.executor is not None:
             self.executor.close()
 
@@ -134,13 +137,20 @@ def build_async_generation(cfg: HeronConfig, data_source: DataSource, generator:
     )
 
 
-def build_engine(cfg: HeronConfig, pad_token_id: int) -> EmbeddedEngine:
-    """The rollout engine (called in this process, or inside an engine actor)."""
+def build_engine(cfg: HeronConfig, pad_token_id: int, name: str = "engine") -> RolloutEngine:
+    """The rollout engine of ``engine.kind`` (called in this process, or inside an engine actor)."""
+    return ENGINE_BUILDERS[cfg.engine.kind](cfg, pad_token_id, name)
+
+
+def build_embedded_engine(cfg: HeronConfig, pad_token_id: int, name: str = "engine") -> EmbeddedEngine:
     return EmbeddedEngine(
         load_model(cfg.model.path, cfg.model.dtype).eval().requires_grad_(False),
         pad_token_id=pad_token_id,
         max_batch_size=cfg.rollout.max_batch_size,
     )
+
+
+ENGINE_BUILDERS = {"embedded": build_embedded_engine, "vllm": build_vllm_engine}  # engine.kind -> builder
 
 
 def build_policy_trainer(cfg: HeronConfig, policy_loss=None, parallelize=None, trainer_cls=PolicyTrainer) -> PolicyTrainer:

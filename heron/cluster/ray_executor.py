@@ -21,9 +21,10 @@ from ray.util.placement_group import remove_placement_group
 from heron.cluster.actor_host import ComponentHost
 from heron.cluster.engine_group import RemoteEngine
 from heron.cluster.placement import PlacementPlan, actor_options, reserve
-from heron.cluster.ray_session import exit_on_sigterm, start_ray
+from heron.cluster.ray_session import start_ray
 from heron.cluster.remote_call import ActorRef, wait_all
 from heron.cluster.trainer_group import TrainerGroup, build_trainer_rank
+from heron.process_signals import exit_on_sigterm
 
 if TYPE_CHECKING:
     from heron.config.root import HeronConfig
@@ -60,14 +61,16 @@ class RayExecutor:
         self.actors.append(ref)
         return ref
 
-    def _build_all(self, pending, what: str) -> None:
-        wait_all(pending, what, self.cluster.startup_timeout_s)
+    def _build_all(self, pending, what: str, timeout_s: float | None = None) -> None:
+        wait_all(pending, what, timeout_s or self.cluster.startup_timeout_s)
 
     def engine(self, pad_token_id: int) -> RemoteEngine:
         from heron.components import build_engine
 
         engines = [self._spawn(f"engine-{e}", b) for e, b in enumerate(self.plan.engine_bundles)]
-        self._build_all([(e, e.submit_host("build", build_engine, self.cfg, pad_token_id)) for e in engines], "build engine")
+        deadline = self.cluster.startup_timeout_s + (self.cfg.engine.vllm.startup_timeout_s if self.cfg.engine.kind == "vllm" else 0)
+        self._build_all([(e, e.submit_host("build", build_engine, self.cfg, pad_token_id, e.name)) for e in engines],
+                        "build engine", deadline)  # a vLLM engine starts its server inside the actor
         self.engines = engines
         return RemoteEngine(engines, self.cluster.call_timeout_s)
 

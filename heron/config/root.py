@@ -9,6 +9,7 @@ from heron.config.base import apply_overrides, build, check, doc, load_yaml
 from heron.config.checkpoint import CheckpointConfig
 from heron.config.cluster import ClusterConfig
 from heron.config.data import DataConfig
+from heron.config.engine import EngineConfig
 from heron.config.eval import EvalConfig
 from heron.config.hooks import HooksConfig
 from heron.config.loop import LoopConfig
@@ -30,6 +31,7 @@ class HeronConfig:
     data: DataConfig = doc("Training prompts.")
     run: RunConfig = doc("Output folder and seed.", factory=RunConfig)
     rollout: RolloutConfig = doc("Rollout counts and sampling.", factory=RolloutConfig)
+    engine: EngineConfig = doc("Rollout engine: embedded (in-process HF) or vllm (a vLLM server).", factory=EngineConfig)
     algo: AlgoConfig = doc("Advantages, loss and KL.", factory=AlgoConfig)
     train: TrainConfig = doc("Optimizer and batching.", factory=TrainConfig)
     reward: RewardConfig = doc("Reward function.", factory=RewardConfig)

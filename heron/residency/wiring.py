@@ -58,7 +58,10 @@ def trainer_holdings(trainer, process_groups: dict[str, ManagedProcessGroup]) ->
 
 def engine_holdings(engine) -> Holdings:
     """Weights and buffers of an EmbeddedEngine. Its KV cache lives only inside ``generate``
-    (one DynamicCache per batch, freed on return), so at rest it holds 0 bytes of cache."""
+    (one DynamicCache per batch, freed on return), so at rest it holds 0 bytes of cache.
+    An engine that keeps its memory elsewhere (a server) describes its own holdings."""
+    if hasattr(engine, "residency_holdings"):
+        return engine.residency_holdings()
 
     def inventory():
         return {"params": _params(engine.model), "buffers": list(engine.model.buffers()), "kv_cache": []}
@@ -83,9 +86,9 @@ def own_storages(inventory) -> int:
 def attach(component, name: str, holdings: Holdings, *, offload: bool, device: torch.device,
            coordinator: Coordinator, wait_timeout_s: float) -> Residency:
     """Attaches a residency to ``component``; with offload it then rests asleep."""
-    residency = Residency(
-        name, holdings, select_backend(device, offload, tag=name), device=device, wait_timeout_s=wait_timeout_s
-    )
+    own = getattr(component, "residency_backend", None)  # a server engine releases memory in its server
+    backend = own(offload) if own is not None else select_backend(device, offload, tag=name)
+    residency = Residency(name, holdings, backend, device=device, wait_timeout_s=wait_timeout_s)
     coordinator.register(residency)
     if not residency.backend.keeps_memory:
         own_storages(holdings.inventory())
