@@ -69,6 +69,8 @@ def test_train_changes_weights_returns_metrics_and_push_updates_engine(toy_model
     before = {k: v.clone() for k, v in trainer.weights().items()}
     metrics = trainer.train(batch)
     assert set(metrics) >= {"loss", "pg_loss", "clip_fraction", "entropy", "grad_norm", "lr", "policy_drift_kl"}
+    # the engine sampled with the trainer's weights: only float round-off between the two
+    assert metrics["engine_logprob_abs_diff_max"] < 2e-5 and 0 <= metrics["engine_logprob_abs_diff_mean"] < 2e-5
     assert trainer.version == 1
     assert any(not torch.equal(before[k], v) for k, v in trainer.weights().items())
     engine.load_weights(trainer.weights(), trainer.version)
@@ -77,6 +79,19 @@ def test_train_changes_weights_returns_metrics_and_push_updates_engine(toy_model
         assert torch.equal(v, trainer.weights()[k]), k
     # after the push the engine's logprobs are the trainer's again
     torch.testing.assert_close(trainer.compute_logprobs(batch), _rescore(engine, batch), atol=2e-5, rtol=0)
+
+
+def test_logprob_mismatch_metric_sees_a_stale_engine(toy_model_dir):
+    """Engine logprobs from other weights than the trainer's show up as a large mismatch."""
+    _, _, batch = _rollout(toy_model_dir)
+    trainer = _trainer(toy_model_dir)
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    trainer._publish_weights()
+    metrics = trainer.train(batch)
+    assert metrics["engine_logprob_abs_diff_max"] > 0.01 > 2e-5
+    assert 0 < metrics["engine_logprob_abs_diff_mean"] <= metrics["engine_logprob_abs_diff_max"]
 
 
 def _rescore(engine, batch):

@@ -11,7 +11,7 @@ server batches them continuously). The request is in token ids and asks for toke
   is fixed at server start: ``--logprobs-mode processed_logprobs`` plus heron's worker extension
   make it log_softmax(logits / temperature)[token] before top-p truncation, heron's contract
   (``heron.rollout.engine``); greedy requests (``temperature: 0``) report temperature 1.
-- ``top_k: -1``, ``min_p: 0`` and no penalties: nothing but temperature and top-p shapes sampling.
+- ``top_k: 0`` (off), ``min_p: 0`` and no penalties: nothing but temperature and top-p shapes sampling.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def completion_payload(request: GenerationRequest) -> dict[str, Any]:
         "max_tokens": p.max_new_tokens,
         "temperature": 0.0 if p.greedy else p.temperature,
         "top_p": 1.0 if p.greedy else p.top_p,
-        "top_k": -1,
+        "top_k": 0,  # 0 = off in vLLM 0.32
         "min_p": 0.0,
         "seed": p.seed,
         "n": 1,
