@@ -1,0 +1,108 @@
+"""The engines tier (``make test-engines``): heron against a real vLLM server from .venv-vllm.
+
+Every test module here sets ``pytestmark = pytest.mark.engines`` (excluded from the default tier). A missing venv
+fails the tests with the fix (``make vllm-venv``) instead of skipping them.
+
+No server may outlive a test: every process heron starts inherits ``LEAK_MARK`` in its
+environment, and after each test any live process of the vLLM venv carrying it, outside the
+process group of a module's shared engine, fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psutil
+import pytest
+
+from heron.rollout.vllm.build import REPO_ROOT
+
+LEAK_MARK = f"HERON_ENGINE_TEST_SESSION_{os.getpid()}"
+os.environ[LEAK_MARK] = "1"
+VLLM_VENV = REPO_ROOT / ".venv-vllm"
+SHARED_GROUPS: set[int] = set()  # process groups of module-scoped engines, alive on purpose
+EXIT_S = 120  # only a hang reaches it: a stopped group is SIGKILLed after its grace
+
+
+def vllm_processes() -> list[psutil.Process]:
+    """Live processes of the vLLM venv started by this test session."""
+    found = []
+    for proc in psutil.process_iter(["exe", "cmdline"]):
+        try:
+            argv0 = (proc.info["cmdline"] or [""])[0]
+            if not (str(VLLM_VENV) in (proc.info["exe"] or "") or str(VLLM_VENV) in argv0):
+                continue
+            if proc.environ().get(LEAK_MARK) == "1" and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def group_processes(pgid: int) -> list[psutil.Process]:
+    out = []
+    for proc in vllm_processes():
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                out.append(proc)
+        except ProcessLookupError:
+            continue
+    return out
+
+
+def assert_gone(procs: list[psutil.Process]) -> None:
+    _, alive = psutil.wait_procs(procs, timeout=EXIT_S)
+    alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"vLLM processes left running: {[(p.pid, p.name()) for p in alive]}"
+
+
+@pytest.fixture(autouse=True)
+def no_server_left_behind():
+    yield
+    leftovers = []
+    for proc in vllm_processes():
+        try:
+            if os.getpgid(proc.pid) not in SHARED_GROUPS:
+                leftovers.append(proc)
+        except ProcessLookupError:
+            continue
+    assert_gone(leftovers)
+
+
+@pytest.fixture(scope="session")
+def vllm_venv() -> Path:
+    python = VLLM_VENV / "bin" / "python"
+    if not python.is_file():
+        pytest.fail(f"{python} does not exist: run `make vllm-venv` (or `make test-engines`, which creates it)")
+    return python
+
+
+def vllm_overrides(model_dir: Path, run_dir: Path, *extra: str) -> list[str]:
+    """A run config's overrides for the toy model served by vLLM (fp32, eager, small KV cache)."""
+    return [
+        f"model.path={model_dir}", f"run.dir={run_dir}", "engine.kind=vllm", "engine.vllm.kv_cache_gib=0.25",
+        "tracking.progress=false", "tracking.summary=false", "tracking.plot=false", *extra,
+    ]
+
+
+@pytest.fixture(scope="module")
+def vllm_engine(vllm_venv, toy_model_dir, tmp_path_factory):
+    """One real vLLM server per test module, on the read-only toy model."""
+    from heron.config.root import load_config
+    from heron.rollout.vllm.build import build_vllm_engine
+
+    run_dir = tmp_path_factory.mktemp("vllm-engine")
+    data = run_dir / "prompts.jsonl"
+    data.write_text('{"prompt": "1+1=", "label": "2"}\n')
+    cfg = load_config(None, vllm_overrides(toy_model_dir, run_dir, f"data.path={data}"))
+    engine = build_vllm_engine(cfg)
+    pgid = engine.server.pid
+    SHARED_GROUPS.add(pgid)
+    try:
+        yield engine
+    finally:
+        procs = group_processes(pgid)
+        engine.close()
+        SHARED_GROUPS.discard(pgid)
+        assert_gone(procs)
