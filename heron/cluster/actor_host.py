@@ -97,6 +97,11 @@ class ComponentHost:
         """Device bytes the component holds now, per category."""
         return self.component.memory_report()
 
+    def close(self) -> None:
+        """Stops what the component owns outside this process (a server engine's server)."""
+        if hasattr(self.component, "close"):
+            self.component.close()
+
     def get(self, attribute: str) -> Any:
         return getattr(self.component, attribute)
 

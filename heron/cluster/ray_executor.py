@@ -107,6 +107,18 @@ class RayExecutor:
             "join weight group",
         )
 
+    def _close_engines(self) -> None:
+        """Lets each engine stop what it owns outside its actor (a vLLM server) before the actor
+        is killed. A dead or hung actor is skipped: the server's guardian stops it when the
+        actor's process is gone (heron/rollout/server/process.py)."""
+        timeout = self.cfg.engine.vllm.shutdown_timeout_s + 10
+        pending = [(engine, engine.handle.close.remote()) for engine in self.engines]  # concurrently
+        for engine, ref in pending:
+            try:
+                ray.get(ref, timeout=timeout)
+            except Exception as error:  # dead or hung: nothing more to do from here
+                log.warning("%s: close failed (%s); its server's guardian stops it", engine.name, type(error).__name__)
+
     def close(self) -> None:
         """Kills this run's actors, removes its placement group, stops Ray if it started it."""
         if self.closed:
@@ -114,6 +126,7 @@ class RayExecutor:
         self.closed = True
         if not ray.is_initialized():
             return
+        self._close_engines()
         for actor in self.actors:
             try:
                 ray.kill(actor.handle, no_restart=True)

@@ -26,12 +26,14 @@ EXIT_S = 120  # only a hang reaches it: a stopped group is SIGKILLed after its g
 
 
 def vllm_processes() -> list[psutil.Process]:
-    """Live processes of the vLLM venv started by this test session."""
+    """Live vLLM-side processes started by this test session: the vLLM venv's python (launcher,
+    guardian, resource tracker) and vLLM's renamed children (``VLLM::EngineCore``, ``VLLM::Worker``,
+    whose exe is the base interpreter)."""
     found = []
-    for proc in psutil.process_iter(["exe", "cmdline"]):
+    for proc in psutil.process_iter(["name", "cmdline"]):
         try:
             argv0 = (proc.info["cmdline"] or [""])[0]
-            if not (str(VLLM_VENV) in (proc.info["exe"] or "") or str(VLLM_VENV) in argv0):
+            if not (argv0.startswith(str(VLLM_VENV)) or argv0.startswith("VLLM::") or (proc.info["name"] or "").startswith("VLLM::")):
                 continue
             if proc.environ().get(LEAK_MARK) == "1" and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)

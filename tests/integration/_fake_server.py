@@ -2,7 +2,7 @@
 
 Like vLLM it spawns a child (vLLM's engine core) in its own process group, then answers
 GET /health with 200 on 127.0.0.1:<port>. Options: --delay before serving, --exit-code to die
-during start-up, --watchdog to run heron's launcher stdin watchdog (the real function).
+during start-up, --watchdog to start heron's launcher guardian (the real function).
 """
 
 import argparse
@@ -33,12 +33,10 @@ def main() -> None:
     parser.add_argument("--watchdog", action="store_true")
     args = parser.parse_args()
     if args.watchdog:
-        import threading
-
         sys.path.insert(0, str(SERVER_SIDE))
-        from heron_vllm_launcher import _stop_group_when_stdin_closes
+        from heron_vllm_launcher import start_guardian
 
-        threading.Thread(target=_stop_group_when_stdin_closes, args=(2.0,), daemon=True).start()
+        start_guardian(grace_s=2.0)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
     print(f"fake server pid {os.getpid()} child {child.pid}", flush=True)
     if args.exit_code:

@@ -96,19 +96,23 @@ def test_a_server_killed_mid_use_is_named_with_its_exit_code_and_log(tmp_path):
     _assert_all_gone([child_pid])
 
 
-@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SIGKILL"])
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SIGKILL", "SIGKILL owner and server"])
 def test_no_server_outlives_its_owner(tmp_path, how):
     """SIGTERM and SIGINT (Ctrl-C) unwind the owner, whose atexit stops the server; SIGKILL runs
-    nothing in the owner, so the launcher's stdin watchdog must end the group."""
+    nothing in the owner, so the launcher's guardian must end the group. The last case is what
+    Ray does to a killed actor: it SIGKILLs the actor and its direct children (the server) at
+    once, and the server's own children must still go."""
     log = tmp_path / "engine.log"
-    mode = "watchdog" if how == "SIGKILL" else "plain"
+    mode = "watchdog" if how.startswith("SIGKILL") else "plain"
     owner = subprocess.Popen([sys.executable, str(HERE / "_server_owner.py"), str(log), mode],
                              stdout=subprocess.PIPE, text=True)
     try:
         server_pid = int(owner.stdout.readline())
         pids = _group_pids(log)
         assert pids[0] == server_pid and all(psutil.pid_exists(p) for p in pids)
-        owner.send_signal(getattr(signal, how))
+        if how == "SIGKILL owner and server":
+            psutil.Process(server_pid).kill()
+        owner.send_signal(getattr(signal, how.split()[0]))
         owner.wait(timeout=HANG_S)
         _assert_all_gone(pids)
     finally:

@@ -8,8 +8,9 @@ How it is kept from outliving heron, on every exit path:
 - ``stop`` runs from ``close`` (context manager, ``Components.close``) and from ``atexit``
   (normal end, an exception, and SIGTERM, which heron turns into ``SystemExit``).
 - When heron dies without running any of that (SIGKILL, a Ray actor killed), the kernel closes
-  the server's stdin pipe, whose other end only heron holds: the heron launcher watches its
-  stdin and, on EOF, kills its own process group (``server_side/heron_vllm_launcher.py``).
+  the server's stdin pipe, whose other end only heron holds: the heron launcher's guardian
+  process watches that stdin and, on EOF, kills the server's process group
+  (``server_side/heron_vllm_launcher.py``), also when the launcher itself was killed first.
 
 A server that exits on its own is reported, whenever heron next talks to it, as one line naming
 the server, its exit code and its log file (``ServerDiedError``).

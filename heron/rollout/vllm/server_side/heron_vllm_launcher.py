@@ -4,10 +4,12 @@
 
 It imports nothing from heron (heron's dependencies are not in that venv) and does three things
 before handing over to vLLM's own CLI, in this process:
-1. Watches its stdin. heron holds the only write end of that pipe; EOF means heron closed it
-   (``ServerProcess.stop``) or died, even by SIGKILL. Then a detached reaper stops this whole
-   process group: SIGTERM, then SIGKILL after ``HERON_VLLM_GRACE_S`` (so a server can never
-   outlive heron, and neither can vLLM's engine-core and worker processes, which share the group).
+1. Starts a guardian that watches its stdin. heron holds the only write end of that pipe; EOF
+   means heron closed it (``ServerProcess.stop``) or died, even by SIGKILL. The guardian then
+   stops this whole process group: SIGTERM, then SIGKILL after ``HERON_VLLM_GRACE_S``. So a
+   server never outlives heron, and neither do vLLM's engine-core and worker processes, which
+   share the group, even when the launcher itself was killed first (as Ray does to the direct
+   children of a killed actor).
 2. Sets ``VLLM_SERVER_DEV_MODE=1``: the server then exposes ``/collective_rpc`` (weight reloads
    through heron's worker extension), ``/reset_prefix_cache`` and ``/sleep``/``/wake_up``. The
    server binds 127.0.0.1 only (heron passes ``--host 127.0.0.1``).
@@ -18,11 +20,16 @@ before handing over to vLLM's own CLI, in this process:
 import os
 import subprocess
 import sys
-import threading
 
-_REAPER = """
+# The guardian: blocks on stdin (the pipe from heron) until EOF, then stops the launcher's group.
+_GUARDIAN = """
 import os, signal, sys, time
 pgid, grace = int(sys.argv[1]), float(sys.argv[2])
+try:
+    while os.read(0, 4096):
+        pass
+except OSError:
+    pass
 def kill(sig):
     try:
         os.killpg(pgid, sig)
@@ -37,22 +44,19 @@ if kill(signal.SIGTERM):
 """
 
 
-def _stop_group_when_stdin_closes(grace_s: float) -> None:
-    try:  # os.read, not sys.stdin: a thread blocked in a buffered read would hang interpreter exit
-        while os.read(0, 4096):
-            pass
-    except OSError:
-        pass
-    # The reaper runs in its own session: it outlives this process, which its SIGTERM ends.
-    subprocess.Popen(
-        [sys.executable, "-c", _REAPER, str(os.getpgrp()), str(grace_s)],
-        start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+def start_guardian(grace_s: float) -> subprocess.Popen:
+    """Starts the guardian of this process group, in its own session (the group's SIGTERM spares
+    it) and as this process's child, not heron's: a killed Ray actor's direct children are
+    SIGKILLed by Ray, which would otherwise take the launcher before it could act. The guardian
+    shares this process's stdin; EOF there means heron closed it (a stop) or died."""
+    return subprocess.Popen(
+        [sys.executable, "-c", _GUARDIAN, str(os.getpgrp()), str(grace_s)],
+        start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
 
 
 def main() -> None:
-    grace_s = float(os.environ.get("HERON_VLLM_GRACE_S", "20"))
-    threading.Thread(target=_stop_group_when_stdin_closes, args=(grace_s,), daemon=True).start()
+    start_guardian(float(os.environ.get("HERON_VLLM_GRACE_S", "20")))
     here = os.path.dirname(os.path.abspath(__file__))
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
     sys.path.insert(0, here)
