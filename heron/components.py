@@ -23,7 +23,7 @@ from heron.rollout.embedded import EmbeddedEngine
 from heron.rollout.engine import RolloutEngine
 from heron.rollout.generator import RolloutGenerator
 from heron.rollout.prompt_format import PromptFormatter
-from heron.rollout.vllm.build import build_vllm_engine  # a server in its own venv; heron never imports vllm
+from heron.rollout.vllm.build import build_vllm_engine, vllm_launch  # a server in its own venv; heron never imports vllm
 from heron.trainer.objectives import PolicyObjective
 from heron.trainer.policy_trainer import PolicyTrainer
 
@@ -55,6 +55,8 @@ def check_inputs(cfg: HeronConfig) -> None:
     for key, path in paths:
         if path and not Path(path).exists():
             raise ConfigError(f"{key} '{path}' does not exist")
+    if cfg.engine.kind == "vllm":
+        vllm_launch(cfg)  # the vLLM venv exists, max_model_len fits the model
 
 
 @dataclass

@@ -21,7 +21,7 @@ from heron.rollout.vllm.build import REPO_ROOT
 LEAK_MARK = f"HERON_ENGINE_TEST_SESSION_{os.getpid()}"
 os.environ[LEAK_MARK] = "1"
 VLLM_VENV = REPO_ROOT / ".venv-vllm"
-SHARED_GROUPS: set[int] = set()  # process groups of module-scoped engines, alive on purpose
+SHARED_PIDS: set[int] = set()  # processes of module-scoped engines, alive on purpose
 EXIT_S = 120  # only a hang reaches it: a stopped group is SIGKILLed after its grace
 
 
@@ -53,6 +53,14 @@ def group_processes(pgid: int) -> list[psutil.Process]:
     return out
 
 
+def server_tree(launcher_pid: int) -> list[psutil.Process]:
+    """A running server's processes: its process group (launcher, engine core, worker, resource
+    tracker) and the launcher's guardian (a child in its own session)."""
+    group = group_processes(launcher_pid)
+    guardians = [c for c in psutil.Process(launcher_pid).children() if c.pid not in {p.pid for p in group}]
+    return group + guardians
+
+
 def assert_gone(procs: list[psutil.Process]) -> None:
     _, alive = psutil.wait_procs(procs, timeout=EXIT_S)
     alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
@@ -62,14 +70,7 @@ def assert_gone(procs: list[psutil.Process]) -> None:
 @pytest.fixture(autouse=True)
 def no_server_left_behind():
     yield
-    leftovers = []
-    for proc in vllm_processes():
-        try:
-            if os.getpgid(proc.pid) not in SHARED_GROUPS:
-                leftovers.append(proc)
-        except ProcessLookupError:
-            continue
-    assert_gone(leftovers)
+    assert_gone([proc for proc in vllm_processes() if proc.pid not in SHARED_PIDS])
 
 
 @pytest.fixture(scope="session")
@@ -99,12 +100,11 @@ def vllm_engine(vllm_venv, toy_model_dir, tmp_path_factory):
     data.write_text('{"prompt": "1+1=", "label": "2"}\n')
     cfg = load_config(None, vllm_overrides(toy_model_dir, run_dir, f"data.path={data}"))
     engine = build_vllm_engine(cfg)
-    pgid = engine.server.pid
-    SHARED_GROUPS.add(pgid)
+    procs = server_tree(engine.server.pid)
+    SHARED_PIDS.update(p.pid for p in procs)
     try:
         yield engine
     finally:
-        procs = group_processes(pgid)
         engine.close()
-        SHARED_GROUPS.discard(pgid)
+        SHARED_PIDS.difference_update(p.pid for p in procs)
         assert_gone(procs)

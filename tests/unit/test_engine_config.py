@@ -56,3 +56,14 @@ def test_launch_settings_follow_the_run_config(toy_model_dir, tmp_path):
                                   f"engine.vllm.python={python}", "engine.vllm.max_model_len=4096"])
     with pytest.raises(ConfigError, match="exceeds the model's max_position_embeddings=256"):
         vllm_launch(too_long)
+
+
+def test_heron_check_fails_fast_without_the_vllm_venv(toy_model_dir, tmp_path):
+    from heron.components import check_inputs
+
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "1+1=", "label": "2"}\n')
+    cfg = load_config(None, [f"model.path={toy_model_dir}", f"data.path={data}", "engine.kind=vllm",
+                             f"engine.vllm.python={tmp_path / 'missing' / 'python'}"])
+    with pytest.raises(ConfigError, match="run `make vllm-venv`"):
+        check_inputs(cfg)
