@@ -33,8 +33,9 @@ from heron.trainer.build import TrainerSpec
 
 
 def check_inputs(cfg: HeronConfig) -> None:
-    """Fails fast, before any compute, on missing files and unknown backends."""
-    from heron.rollout.registry import ENGINE_BUILDERS
+    """Fails fast, before any compute, on missing files and unknown backends (and a backend's
+    own inputs: the vLLM venv)."""
+    from heron.rollout.registry import ENGINE_BUILDERS, check_engine_inputs
 
     if cfg.engine.kind not in ENGINE_BUILDERS:
         raise ConfigError(f"engine.kind={cfg.engine.kind!r} is not a registered engine; use one of {', '.join(sorted(ENGINE_BUILDERS))}")
@@ -44,10 +45,15 @@ def check_inputs(cfg: HeronConfig) -> None:
     for key, path in paths:
         if path and not Path(path).exists():
             raise ConfigError(f"{key} '{path}' does not exist")
+    check_engine_inputs(cfg.engine, cfg.model)
 
 
 def engine_spec(cfg: HeronConfig, pad_token_id: int) -> EngineSpec:
-    return EngineSpec(kind=cfg.engine.kind, model=cfg.model, rollout=cfg.rollout, pad_token_id=pad_token_id)
+    _, offload_rollout = resolve_offload(cfg.colocate, cfg.offload)
+    return EngineSpec(
+        engine=cfg.engine, model=cfg.model, rollout=cfg.rollout, pad_token_id=pad_token_id,
+        seed=cfg.run.seed, run_dir=cfg.run.dir, offload=offload_rollout,
+    )
 
 
 def trainer_spec(cfg: HeronConfig) -> TrainerSpec:
@@ -83,11 +89,14 @@ def build_components(cfg: HeronConfig) -> Components:
     formatter = PromptFormatter(tokenizer, cfg.data.apply_chat_template)
     scorer = RewardScorer(hooks.reward_fn, cfg.reward, hooks.reward_scope)
     executor = build_executor(cfg)  # local: this process; ray: actors (heron.cluster)
+    engine = None
     try:
         engine = executor.engine(engine_spec(cfg, tokenizer.pad_token_id))
         trainer = executor.trainer(trainer_spec(cfg))
         residency = executor.residency(trainer, engine)  # local: in-process; ray: per actor + driver proxies
     except BaseException:
+        if engine is not None:
+            engine.close()  # a server engine stops its server
         executor.close()
         raise
     evaluators = [

@@ -9,8 +9,6 @@ the run only removes what it created (actors, placement group).
 from __future__ import annotations
 
 import os
-import signal
-import sys
 
 import ray
 
@@ -27,15 +25,3 @@ def start_ray(cfg: ClusterConfig) -> bool:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # local, loopback-only cluster
         ray.init(num_cpus=cfg.num_cpus, include_dashboard=False, log_to_driver=True)
     return True
-
-
-def exit_on_sigterm() -> None:
-    """SIGTERM unwinds like Ctrl-C (SystemExit), so ``close`` runs and no actor is orphaned."""
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL and _in_main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-
-
-def _in_main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()

@@ -22,6 +22,7 @@ from heron.config.train import TrainConfig
 from heron.residency import Holdings, Resident, host_only, needs_device
 from heron.residency.snapshot import host_snapshot
 from heron.trainer.batch import TrainBatch
+from heron.trainer.logprob_mismatch import mismatch_metrics, mismatch_stats
 from heron.trainer.logprobs import forward_logprobs
 from heron.trainer.lr_schedule import build_scheduler
 from heron.trainer.objectives import Objective
@@ -81,8 +82,10 @@ class PolicyTrainer(Resident):
     @needs_device
     def train(self, batch: TrainBatch) -> dict[str, float]:
         """``steps_per_rollout`` optimizer steps on ``batch``; returns metrics averaged over steps."""
+        mismatch = {}
         if self.cfg.recompute_old_logprobs:
-            batch.old_logprobs = self.compute_logprobs(batch)
+            engine_logprobs, batch.old_logprobs = batch.old_logprobs, self.compute_logprobs(batch)
+            mismatch = self._logprob_mismatch(engine_logprobs, batch.old_logprobs, batch.loss_mask)
         ref_logprobs = self.compute_logprobs(batch, reference=True) if self.objective.needs_reference else None
         mini_size = len(batch) // self.cfg.steps_per_rollout
         totals: dict[str, float] = defaultdict(float)
@@ -93,7 +96,11 @@ class PolicyTrainer(Resident):
                 totals[key] += value / self.cfg.steps_per_rollout
         self.version += 1
         self._publish_weights()
-        return dict(totals)
+        return {**totals, **mismatch}
+
+    def _logprob_mismatch(self, engine: torch.Tensor, trainer: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+        """mean / max |engine - trainer logprob| over the loss tokens (``heron.trainer.logprob_mismatch``)."""
+        return mismatch_metrics(mismatch_stats(engine, trainer, mask))
 
     def _publish_weights(self) -> None:
         """Refreshes the host snapshot ``weights()`` hands out. Every operation that changes the
