@@ -24,6 +24,7 @@ from heron.config.train import TrainConfig
 from heron.residency import Holdings, Resident, host_only, needs_device
 from heron.residency.snapshot import host_snapshot
 from heron.trainer.batch import TrainBatch
+from heron.trainer.logprob_mismatch import mismatch_metrics, mismatch_stats
 from heron.trainer.logprobs import forward_logprobs
 from heron.trainer.lr_schedule import build_scheduler
 from heron.trainer.nonfinite import nonfinite_error, nonfinite_values
@@ -88,7 +89,7 @@ class PolicyTrainer(Resident):
         """``steps_per_rollout`` optimizer steps on ``batch``; returns metrics averaged over the
         applied steps, plus ``nonfinite_skipped`` (steps skipped, see heron.trainer.nonfinite) and
         the engine-mismatch metrics (once per rollout, when old logprobs are recomputed)."""
-        mismatch_metrics = self._recompute_old_logprobs(batch) if self.cfg.recompute_old_logprobs else {}
+        mismatch = self._recompute_old_logprobs(batch) if self.cfg.recompute_old_logprobs else {}
         ref_logprobs = self.compute_logprobs(batch, reference=True) if self.objective.needs_reference else None
         mini_size = len(batch) // self.cfg.steps_per_rollout
         steps = []
@@ -98,16 +99,22 @@ class PolicyTrainer(Resident):
             steps.append(self._optimizer_step(batch.select(index), ref, step))
         self.version += 1
         self._publish_weights()
-        return {**_mean_over_applied(steps), **mismatch_metrics}
+        return {**_mean_over_applied(steps), **mismatch}
 
     def _recompute_old_logprobs(self, batch: TrainBatch) -> dict[str, float]:
-        """Replaces the engine's logprobs by the trainer's and sets the mismatch correction."""
+        """Replaces the engine's logprobs by the trainer's and sets the mismatch correction; the
+        metrics: mean / max |engine - trainer logprob| (``heron.trainer.logprob_mismatch``) and the
+        correction's own (``algo.off_policy``)."""
         engine_logprobs = batch.old_logprobs
         batch.old_logprobs = self.compute_logprobs(batch)
         batch.mismatch_weights, metrics = self.objective.engine_mismatch(
             batch.old_logprobs, engine_logprobs, batch.loss_mask, self._token_count(batch)
         )
-        return metrics
+        return {**self._logprob_mismatch(engine_logprobs, batch.old_logprobs, batch.loss_mask), **metrics}
+
+    def _logprob_mismatch(self, engine: torch.Tensor, trainer: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+        """mean / max |engine - trainer logprob| over the loss tokens (``heron.trainer.logprob_mismatch``)."""
+        return mismatch_metrics(mismatch_stats(engine, trainer, mask))
 
     @needs_device
     @torch.no_grad()
