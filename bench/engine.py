@@ -1,9 +1,13 @@
-"""Decode throughput of EmbeddedEngine against ``model.generate`` on the same toy model.
+"""Decode throughput of EmbeddedEngine, a vLLM server (engine.kind=vllm) and ``model.generate``
+on the same toy model and batch, side by side in one run.
 
-Both decode the same left-padded batch for exactly ``NUM_NEW_TOKENS`` sampled tokens per row
-(no early stop: the engine gets no stop tokens, generate gets ``min_new_tokens``), so both
-produce the same token count. Runs are interleaved to share machine noise; the last line is
-``engine: tokens_per_s_vs_generate=<ours / generate>`` (> 1 means the engine is faster).
+All three decode the same batch for exactly ``NUM_NEW_TOKENS`` sampled tokens per row (no early
+stop: the engines get no stop tokens, generate gets ``min_new_tokens``), so all produce the same
+token count. Runs are interleaved to share machine noise; repeat 0 is a warm-up. vLLM's start-up
+time (launch to healthy, weights loaded) is reported on its own line, not in its tokens/s. The
+vLLM column needs ``.venv-vllm`` (``make vllm-venv``); without it the bench says so and skips it.
+The last lines are ``engine: tokens_per_s_vs_generate=<embedded / generate>`` and
+``vllm: tokens_per_s_vs_generate=<vllm / generate>`` (> 1 means faster than generate).
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/engine.py
 """
@@ -11,21 +15,54 @@ produce the same token count. Runs are interleaved to share machine noise; the l
 from __future__ import annotations
 
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from heron.records import GenerationRequest, SamplingParams
-from heron.rollout import EmbeddedEngine
-from heron.toy.addition import make_prompts
-from heron.toy.model import ToyModelSpec, create_toy_model
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from heron.build import engine_spec  # noqa: E402
+from heron.config.root import load_config  # noqa: E402
+from heron.records import GenerationRequest, SamplingParams  # noqa: E402
+from heron.rollout import EmbeddedEngine  # noqa: E402
+from heron.rollout.registry import build_engine  # noqa: E402
+from heron.rollout.vllm.build import REPO_ROOT  # noqa: E402
+from heron.toy.addition import make_prompts  # noqa: E402
+from heron.toy.model import ToyModelSpec, create_toy_model  # noqa: E402
 
 BATCH_SIZE = 32
 NUM_NEW_TOKENS = 64
 NUM_REPEATS = 5
 SPEC = ToyModelSpec(hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=768)
+
+
+def _vllm_engine(model_dir: Path, run_dir: Path):
+    if not (REPO_ROOT / ".venv-vllm" / "bin" / "python").is_file():
+        print("vllm: skipped (no .venv-vllm; run `make vllm-venv`)")
+        return None
+    data = run_dir / "prompts.jsonl"
+    data.write_text('{"prompt": "1+1=", "label": "2"}\n')
+    cfg = load_config(None, [
+        f"model.path={model_dir}", f"data.path={data}", f"run.dir={run_dir}", "engine.kind=vllm",
+        "engine.vllm.kv_cache_gib=0.25", f"rollout.max_batch_size={BATCH_SIZE}",
+    ])
+    return build_engine(engine_spec(cfg, pad_token_id=0))
+
+
+def _timed_rates(runs: dict, expected_tokens: int) -> dict[str, list[float]]:
+    rates: dict[str, list[float]] = {name: [] for name in runs}
+    for repeat in range(NUM_REPEATS + 1):  # repeat 0 is the warm-up
+        for name, run in runs.items():
+            start = time.perf_counter()
+            num_tokens = run()
+            elapsed = time.perf_counter() - start
+            assert num_tokens == expected_tokens, (name, num_tokens)
+            if repeat:
+                rates[name].append(num_tokens / elapsed)
+    return rates
 
 
 def main() -> None:
@@ -34,18 +71,24 @@ def main() -> None:
     prompts = make_prompts(BATCH_SIZE, seed=1, max_digits=3)
     with tempfile.TemporaryDirectory() as tmp:
         corpus = [p.text + p.label for p in make_prompts(2000, seed=0, max_digits=3)]
-        model_dir = create_toy_model(Path(tmp), corpus, SPEC)
+        model_dir = create_toy_model(Path(tmp) / "model", corpus, SPEC)
         tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
         engine = EmbeddedEngine.from_pretrained(model_dir)
-    prompt_tokens = [tokenizer(p.text)["input_ids"] for p in prompts]
+        (Path(tmp) / "run").mkdir()
+        vllm = _vllm_engine(model_dir, Path(tmp) / "run")
+        try:
+            _bench(engine, vllm, tokenizer, prompts)
+        finally:
+            if vllm is not None:
+                vllm.close()
+
+
+def _bench(engine: EmbeddedEngine, vllm, tokenizer, prompts) -> None:
     requests = [
-        GenerationRequest(tokens, SamplingParams(max_new_tokens=NUM_NEW_TOKENS, seed=i))
-        for i, tokens in enumerate(prompt_tokens)
+        GenerationRequest(tokenizer(p.text)["input_ids"], SamplingParams(max_new_tokens=NUM_NEW_TOKENS, seed=i))
+        for i, p in enumerate(prompts)
     ]
     hf_inputs = tokenizer([p.text for p in prompts], return_tensors="pt", padding=True)
-
-    def run_engine() -> int:
-        return sum(len(g.tokens) for g in engine.generate(requests))
 
     def run_generate() -> int:
         with torch.inference_mode():
@@ -55,23 +98,22 @@ def main() -> None:
             )
         return (out.shape[1] - hf_inputs["input_ids"].shape[1]) * out.shape[0]
 
-    rates: dict[str, list[float]] = {"engine": [], "generate": []}
-    for repeat in range(NUM_REPEATS + 1):  # repeat 0 is the warm-up
-        for name, run in (("engine", run_engine), ("generate", run_generate)):
-            start = time.perf_counter()
-            num_tokens = run()
-            elapsed = time.perf_counter() - start
-            assert num_tokens == BATCH_SIZE * NUM_NEW_TOKENS, (name, num_tokens)
-            if repeat:
-                rates[name].append(num_tokens / elapsed)
+    runs = {"engine": lambda: sum(len(g.tokens) for g in engine.generate(requests)), "generate": run_generate}
+    if vllm is not None:
+        runs["vllm"] = lambda: sum(len(g.tokens) for g in vllm.generate(requests))
+    rates = _timed_rates(runs, BATCH_SIZE * NUM_NEW_TOKENS)
     num_params = sum(p.numel() for p in engine.model.parameters())
     print(f"model: {num_params / 1e6:.2f} M params, batch {BATCH_SIZE}, {NUM_NEW_TOKENS} new tokens, "
-          f"{torch.get_num_threads()} threads")
+          f"{torch.get_num_threads()} threads (heron side)")
+    if vllm is not None:
+        print(f"vllm: start-up {vllm.startup_s:.1f} s (launch to healthy; not in its tokens/s)")
     for name, values in rates.items():
         print(f"{name}: median {statistics.median(values):.0f} tokens/s over {len(values)} runs "
               f"(min {min(values):.0f}, max {max(values):.0f})")
-    ratio = statistics.median(rates["engine"]) / statistics.median(rates["generate"])
-    print(f"engine: tokens_per_s_vs_generate={ratio:.2f}")
+    generate = statistics.median(rates["generate"])
+    print(f"engine: tokens_per_s_vs_generate={statistics.median(rates['engine']) / generate:.2f}")
+    if vllm is not None:
+        print(f"vllm: tokens_per_s_vs_generate={statistics.median(rates['vllm']) / generate:.2f}")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,11 @@ from heron.trainer.build import TrainerSpec
 
 
 def engine_spec(cfg: HeronConfig, pad_token_id: int) -> EngineSpec:
-    return EngineSpec(kind=cfg.engine.kind, model=cfg.model, rollout=cfg.rollout, pad_token_id=pad_token_id)
+    _, offload_rollout = resolve_offload(cfg.colocate, cfg.offload)
+    return EngineSpec(
+        engine=cfg.engine, model=cfg.model, rollout=cfg.rollout, pad_token_id=pad_token_id,
+        seed=cfg.run.seed, run_dir=cfg.run.dir, offload=offload_rollout,
+    )
 
 
 def trainer_spec(cfg: HeronConfig) -> TrainerSpec:
@@ -69,11 +73,14 @@ def build_components(cfg: HeronConfig, report: PreflightReport | None = None) ->
     torch.manual_seed(cfg.run.seed)
     scorer = RewardScorer(hooks.reward_fn, cfg.reward, hooks.reward_scope, max_response_tokens=cfg.rollout.max_new_tokens)
     executor = build_executor(cfg)  # local: this process; ray: actors (heron.cluster)
+    engine = None
     try:
         engine = executor.engine(engine_spec(cfg, tokenizer.pad_token_id))
         trainer = executor.trainer(trainer_spec(cfg))
         residency = executor.residency(trainer, engine)  # local: in-process; ray: per actor + driver proxies
     except BaseException:
+        if engine is not None:
+            engine.close()  # a server engine stops its server
         executor.close()
         raise
     evaluators = [

@@ -29,6 +29,8 @@ that way). The rules, in order of preference:
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 U = 2.0**-24  # float32 unit round-off
@@ -53,6 +55,22 @@ def reduction_length(config, tokens: int) -> int:
     of every weight gradient over the tokens:  2 L (5h + 2P + i) + 2h + V + tokens."""
     h, i, p = config.hidden_size, config.intermediate_size, config.max_position_embeddings
     return 2 * config.num_hidden_layers * (5 * h + 2 * p + i) + 2 * h + config.vocab_size + tokens
+
+
+def logprob_roundoff(config, tokens: int, max_abs_logprob: float) -> float:
+    """The largest |difference| round-off explains between two computations of the log-probability
+    of the same token in another summation order (``assert_logprobs_close``'s bound at its largest
+    term): ``2 gamma(n) (max|lp| + log V)``, ``n = reduction_length(config, tokens)``."""
+    n = reduction_length(config, tokens)
+    return 2 * gamma(n) * (max_abs_logprob + math.log(config.vocab_size))
+
+
+def max_sampled_surprisal(vocab_size: int, num_draws: int, failure: float = 1e-9) -> float:
+    """A bound K on -log p of every token sampled in ``num_draws`` draws (without top-p), exceeded
+    with probability at most ``failure``: one draw picks some token of probability below e^-K
+    with probability below V e^-K (a union over the vocabulary), so K = log(V num_draws / failure)
+    (rule 4). For tests that see a run's metrics but not its samples."""
+    return math.log(vocab_size * num_draws / failure)
 
 
 def flat(tensors: dict[str, torch.Tensor], keys) -> torch.Tensor:

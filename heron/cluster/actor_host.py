@@ -93,6 +93,10 @@ class ComponentHost:
         """Device bytes the component holds now, per category."""
         return self.component.memory_report()
 
+    def close(self) -> None:
+        """Stops what the component owns outside this process (a server engine's server)."""
+        self.component.close()  # hosted engines only (RolloutEngine.close)
+
     def get(self, attribute: str) -> Any:
         return getattr(self.component, attribute)
 

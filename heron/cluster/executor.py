@@ -6,9 +6,10 @@ and the rest of the run never knows the difference.
   in a placement group; returns driver-side stand-ins implementing the same endpoints.
 
 An executor receives only what it needs: the engine and trainer specs (their own config
-sections) and the residency settings. Shutdown order (``close``): actors are killed, the
-placement group removed, then Ray is shut down if this executor started it. ``close`` is
-idempotent and also runs at interpreter exit.
+sections) and the residency settings. Shutdown order (``close``): engine actors close their
+engines (a server engine stops its server), actors are killed, the placement group removed,
+then Ray is shut down if this executor started it. ``close`` is idempotent and also runs at
+interpreter exit.
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ failure half-way through start-up. Actors receive only their specs, never the ru
 from __future__ import annotations
 
 import atexit
+import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import ray
 from ray.util.placement_group import remove_placement_group
@@ -33,6 +34,8 @@ from heron.rollout.registry import EngineSpec, build_engine
 from heron.trainer.build import TrainerSpec
 from heron.weights.transport import build_transport
 
+log = logging.getLogger("heron.cluster")
+
 
 @dataclass(frozen=True)
 class RaySettings:
@@ -51,6 +54,7 @@ class RayExecutor:
         self.cluster = settings.cluster
         self.actors: list[ActorRef] = []
         self.engines: list[ActorRef] = []
+        self.engine_shutdown_s = 0.0  # how long an engine's close may take (a server's grace), from its spec
         self.group = None
         self.closed = False
         world, colocate = settings.train.world_size, settings.colocate
@@ -75,12 +79,15 @@ class RayExecutor:
         self.actors.append(ref)
         return ref
 
-    def _build_all(self, pending, what: str) -> None:
-        wait_all(pending, what, self.cluster.startup_timeout_s)
+    def _build_all(self, pending, what: str, timeout_s: float | None = None) -> None:
+        wait_all(pending, what, timeout_s or self.cluster.startup_timeout_s)
 
     def engine(self, spec: EngineSpec) -> RemoteEngine:
         engines = [self._spawn(f"engine-{e}", b) for e, b in enumerate(self.plan.engine_bundles)]
-        self._build_all([(e, e.submit_host("build", build_engine, spec)) for e in engines], "build engine")
+        self.engine_shutdown_s = spec.engine.shutdown_timeout_s
+        deadline = self.cluster.startup_timeout_s + spec.engine.startup_timeout_s  # a server starts inside the actor
+        self._build_all([(e, e.submit_host("build", build_engine, replace(spec, name=e.name))) for e in engines],
+                        "build engine", deadline)
         self.engines = engines
         return RemoteEngine(engines, self.cluster.call_timeout_s)
 
@@ -114,6 +121,18 @@ class RayExecutor:
             "join weight group",
         )
 
+    def _close_engines(self) -> None:
+        """Lets each engine stop what it owns outside its actor (a vLLM server) before the actor
+        is killed. A dead or hung actor is skipped: the server's guardian stops it when the
+        actor's process is gone (heron/rollout/server/process.py)."""
+        timeout = self.engine_shutdown_s + 10
+        pending = [(engine, engine.handle.close.remote()) for engine in self.engines]  # concurrently
+        for engine, ref in pending:
+            try:
+                ray.get(ref, timeout=timeout)
+            except Exception as error:  # dead or hung: nothing more to do from here
+                log.warning("%s: close failed (%s); its server's guardian stops it", engine.name, type(error).__name__)
+
     def close(self) -> None:
         """Kills this run's actors, removes its placement group, stops Ray if it started it."""
         if self.closed:
@@ -121,6 +140,7 @@ class RayExecutor:
         self.closed = True
         if not ray.is_initialized():
             return
+        self._close_engines()
         for actor in self.actors:
             try:
                 ray.kill(actor.handle, no_restart=True)

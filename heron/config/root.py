@@ -32,7 +32,7 @@ class HeronConfig:
     data: DataConfig = doc("Training prompts.")
     run: RunConfig = doc("Output folder and seed.", factory=RunConfig)
     rollout: RolloutConfig = doc("Rollout counts and sampling.", factory=RolloutConfig)
-    engine: EngineConfig = doc("Rollout engine backend.", factory=EngineConfig)
+    engine: EngineConfig = doc("Rollout engine backend: embedded (in-process HF), vllm (a vLLM server), ...", factory=EngineConfig)
     algo: AlgoConfig = doc("Advantages, loss and KL.", factory=AlgoConfig)
     train: TrainConfig = doc("Optimizer and batching.", factory=TrainConfig)
     reward: RewardConfig = doc("Reward function.", factory=RewardConfig)

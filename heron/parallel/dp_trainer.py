@@ -20,6 +20,7 @@ from heron.parallel.data_parallel import all_reduce_mean, all_reduce_sum, clip_g
 from heron.residency import needs_device
 from heron.residency.snapshot import host_snapshot_of
 from heron.trainer.batch import TrainBatch
+from heron.trainer.logprob_mismatch import mismatch_metrics
 from heron.trainer.policy_trainer import PolicyTrainer
 
 
@@ -40,6 +41,14 @@ class DataParallelTrainer(PolicyTrainer):
         """Every rank stops or skips the same step: the grad norm is global already, but a loss
         may be non-finite on one rank alone."""
         return all_reduce_sum(float(here)) > 0
+
+    def _mismatch_metrics(self, stats: torch.Tensor) -> dict[str, float]:
+        """Over all ranks' tokens: sums all-reduced with SUM, the max with MAX (every rank then
+        holds the global values, which the metrics' rank mean leaves unchanged)."""
+        sums, peak = stats[:2].clone(), stats[2:].clone()
+        dist.all_reduce(sums, op=dist.ReduceOp.SUM)
+        dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+        return mismatch_metrics(torch.cat([sums, peak]))
 
     @needs_device
     def train(self, batch: TrainBatch) -> dict[str, float]:

@@ -34,7 +34,7 @@ from heron.plugins.run_hooks import RunHooks, load_run_hooks
 from heron.preflight.model_folder import ModelFolder, inspect_model_folder
 from heron.preflight.writable import check_writable
 from heron.rollout.prompt_format import PromptFormatter
-from heron.rollout.registry import ENGINE_BUILDERS
+from heron.rollout.registry import ENGINE_BUILDERS, check_engine_inputs
 
 log = logging.getLogger("heron.preflight")
 
@@ -54,7 +54,7 @@ class PreflightReport:
 def preflight(cfg: HeronConfig) -> PreflightReport:
     """The checks of ``heron train`` before anything heavy (see the module doc)."""
     hooks = load_run_hooks(cfg.hooks, cfg.reward)
-    _check_engine_kind(cfg)
+    _check_engine(cfg)
     _check_inputs_exist(cfg)
     check_writable(cfg.run.dir, "run.dir")
     if cfg.checkpoint.enabled:
@@ -92,9 +92,11 @@ def preflight_sft(cfg: HeronConfig, output: Path) -> tuple[ModelFolder, PromptFo
     return data.model, data.formatter, data.check(dataset, answer_tokens, "the longest label + eos")
 
 
-def _check_engine_kind(cfg: HeronConfig) -> None:
+def _check_engine(cfg: HeronConfig) -> None:
+    """A registered ``engine.kind``, and that backend's own inputs (``ENGINE_CHECKS``: the vLLM venv)."""
     if cfg.engine.kind not in ENGINE_BUILDERS:
         raise ConfigError(f"engine.kind={cfg.engine.kind!r} is not a registered engine; use one of {', '.join(sorted(ENGINE_BUILDERS))}")
+    check_engine_inputs(cfg.engine, cfg.model)
 
 
 def _check_inputs_exist(cfg: HeronConfig) -> None:

@@ -68,6 +68,9 @@ class Holdings:
     """Groups released on sleep and recreated on wake."""
     device: torch.device | str = "cpu"
     """The device these tensors live on (picks the memory backend; colocated components share it)."""
+    backend: Callable[[bool], MemoryBackend] | None = None
+    """``offload -> backend`` for a component whose memory lives outside this process (a server
+    engine sleeps through its server); None: the backend is chosen from ``device``."""
 
 
 @dataclass(eq=False)

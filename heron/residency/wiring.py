@@ -48,12 +48,11 @@ def own_storages(inventory) -> int:
 
 def attach(component, name: str, holdings: Holdings, *, offload: bool,
            coordinator: Coordinator, wait_timeout_s: float) -> Residency:
-    """Attaches a residency to ``component`` for what it ``holdings`` declares; with offload it
-    then rests asleep."""
+    """Attaches a residency to ``component`` for what it ``holdings`` declares (the backend it
+    names, else one chosen from its device); with offload it then rests asleep."""
     device = torch.device(holdings.device)
-    residency = Residency(
-        name, holdings, select_backend(device, offload, tag=name), device=device, wait_timeout_s=wait_timeout_s
-    )
+    backend = holdings.backend(offload) if holdings.backend is not None else select_backend(device, offload, tag=name)
+    residency = Residency(name, holdings, backend, device=device, wait_timeout_s=wait_timeout_s)
     coordinator.register(residency)
     if not residency.backend.keeps_memory:
         own_storages(holdings.inventory())

@@ -27,6 +27,7 @@ import torch
 
 from heron.records import Generation, GenerationRequest
 from heron.residency import Holdings, Resident, host_only, needs_device
+from heron.rollout.request_checks import validate_request
 from heron.rollout.sampling import draw_uniforms, select_tokens
 from heron.weights.handle import WeightHandle
 
@@ -42,18 +43,6 @@ class _BatchParams:
     max_new_tokens: torch.Tensor  # [B]
     uniforms: torch.Tensor  # [B, T], row b from its own seeded generator
     num_steps: int  # T
-
-
-def _validate_request(index: int, request: GenerationRequest) -> None:
-    p = request.params
-    if not request.prompt_tokens:
-        raise ValueError(f"request {index}: prompt_tokens is empty")
-    if p.max_new_tokens < 1:
-        raise ValueError(f"request {index}: max_new_tokens must be >= 1, got {p.max_new_tokens}")
-    if not p.greedy and p.temperature <= 0:
-        raise ValueError(f"request {index}: temperature must be > 0 (or greedy=True), got {p.temperature}")
-    if not 0 < p.top_p <= 1:
-        raise ValueError(f"request {index}: top_p must be in (0, 1], got {p.top_p}")
 
 
 def _batch_params(requests: Sequence[GenerationRequest], device: torch.device) -> _BatchParams:
@@ -136,7 +125,7 @@ class EmbeddedEngine(Resident):
     @needs_device
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         for index, request in enumerate(requests):
-            _validate_request(index, request)
+            validate_request(index, request)
         generations: list[Generation] = []
         for start in range(0, len(requests), self.max_batch_size):
             generations.extend(self._generate_batch(requests[start : start + self.max_batch_size]))

@@ -1,10 +1,11 @@
 """The rollout engine endpoint: what the run may ask of whatever generates samples.
 
 One protocol, several implementations: ``EmbeddedEngine`` (``heron.rollout.embedded``, an HF
-transformers causal LM in-process, the CPU default) and ``heron.cluster.engine_group.RemoteEngine``
-(the driver's stand-in for engine actors on Ray). A new backend (a serving engine such as vLLM) is
-one more implementation plus one line in ``heron.rollout.registry``; the loop, the generator, the
-evaluator and the weight transport never know which backend they drive.
+transformers causal LM in-process, the CPU default), ``ServerEngine`` (``heron.rollout.server``,
+a vLLM server heron starts and owns: ``engine.kind=vllm``) and
+``heron.cluster.engine_group.RemoteEngine`` (the driver's stand-in for engine actors on Ray). A
+new backend is one more implementation plus one line in ``heron.rollout.registry``; the loop, the
+generator, the evaluator and the weight transport never know which backend they drive.
 
 Contract every backend keeps:
 - ``generate`` returns one ``Generation`` per request, in request order, each stamped with the

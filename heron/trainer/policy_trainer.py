@@ -24,6 +24,7 @@ from heron.config.train import TrainConfig
 from heron.residency import Holdings, Resident, host_only, needs_device
 from heron.residency.snapshot import host_snapshot
 from heron.trainer.batch import TrainBatch
+from heron.trainer.logprob_mismatch import combine_stats, mismatch_metrics, mismatch_stats
 from heron.trainer.logprobs import forward_logprobs
 from heron.trainer.lr_schedule import build_scheduler
 from heron.trainer.nonfinite import nonfinite_error, nonfinite_values
@@ -91,9 +92,9 @@ class PolicyTrainer(Resident):
         """``steps_per_rollout`` optimizer steps on ``batch``; returns metrics averaged over the
         applied steps, plus ``nonfinite_skipped`` (steps skipped, see heron.trainer.nonfinite),
         ``old_logprobs_recomputed`` (1: a separate forward computed pi_old, see
-        heron.trainer.old_logprobs) and the engine-mismatch metrics (once per rollout, when old
-        logprobs are recomputed)."""
-        mismatch_metrics = self._recompute_old_logprobs(batch) if self.old_logprob_plan.runs_forward else {}
+        heron.trainer.old_logprobs) and the engine-mismatch metrics (when pi_old is the trainer's)."""
+        self._forward_mismatch: list[torch.Tensor] = []  # filled when the training forward gives pi_old
+        mismatch = self._recompute_old_logprobs(batch) if self.old_logprob_plan.runs_forward else {}
         ref_logprobs = self.compute_logprobs(batch, reference=True) if self.objective.needs_reference else None
         mini_size = len(batch) // self.cfg.steps_per_rollout
         steps = []
@@ -103,17 +104,34 @@ class PolicyTrainer(Resident):
             steps.append(self._optimizer_step(batch.select(index), ref, step))
         self.version += 1
         self._publish_weights()
+        if self._forward_mismatch:
+            mismatch = self._mismatch_metrics(combine_stats(self._forward_mismatch))
         recomputed = float(self.old_logprob_plan.runs_forward)
-        return {**_mean_over_applied(steps), **mismatch_metrics, "old_logprobs_recomputed": recomputed}
+        return {**_mean_over_applied(steps), **mismatch, "old_logprobs_recomputed": recomputed}
 
     def _recompute_old_logprobs(self, batch: TrainBatch) -> dict[str, float]:
-        """Replaces the engine's logprobs by the trainer's and sets the mismatch correction."""
+        """Replaces the engine's logprobs by the trainer's and sets the mismatch correction; the
+        metrics: mean / max |engine - trainer logprob| (``heron.trainer.logprob_mismatch``) and the
+        correction's own (``algo.off_policy``)."""
         engine_logprobs = batch.old_logprobs
         batch.old_logprobs = self.compute_logprobs(batch)
         batch.mismatch_weights, metrics = self.objective.engine_mismatch(
             batch.old_logprobs, engine_logprobs, batch.loss_mask, self._token_count(batch)
         )
-        return metrics
+        stats = mismatch_stats(engine_logprobs, batch.old_logprobs, batch.loss_mask)
+        return {**self._mismatch_metrics(stats), **metrics}
+
+    def _own_old_logprobs(self, micro: TrainBatch, logprobs: torch.Tensor) -> TrainBatch:
+        """``micro`` with pi_old from this training forward (detached); the engine's logprobs it
+        replaces go into the mismatch metrics, as a separate recompute would give them."""
+        own = logprobs.detach() * micro.loss_mask  # [b, L-1]
+        self._forward_mismatch.append(mismatch_stats(micro.old_logprobs, own, micro.loss_mask))
+        return replace(micro, old_logprobs=own)
+
+    def _mismatch_metrics(self, stats: torch.Tensor) -> dict[str, float]:
+        """mean / max |engine - trainer logprob| over the loss tokens (``heron.trainer.logprob_mismatch``;
+        data-parallel trainers reduce the stats over ranks first)."""
+        return mismatch_metrics(stats)
 
     @needs_device
     @torch.no_grad()
@@ -142,7 +160,7 @@ class PolicyTrainer(Resident):
             )
             ref = ref_logprobs[i * micro_size : (i + 1) * micro_size] if ref_logprobs is not None else None
             if self.old_logprob_plan.source == "training_forward":  # the weights pi_old is defined at
-                micro = replace(micro, old_logprobs=logprobs.detach() * micro.loss_mask)
+                micro = self._own_old_logprobs(micro, logprobs)
             loss, metrics = self.objective(micro, logprobs, entropy, ref, normalizer)
             loss.backward()
             loss_sum += float(loss.detach())

@@ -24,6 +24,7 @@ from heron.residency import State
 from heron.reward.scorer import RewardScorer
 from heron.trainer.policy_trainer import PolicyTrainer
 from heron.toy.demo_assets import create_demo_assets
+from tests.run_compare import assert_roundoff_mismatch, comparable
 
 
 def length_reward(prompt, response: str) -> float:
@@ -97,8 +98,8 @@ def _train_capturing_components(cfg, monkeypatch):
     captured = {}
     build = heron.rl_run.build_components
 
-    def spy(config):
-        components = captured["c"] = build(config)
+    def spy(config, *args):
+        components = captured["c"] = build(config, *args)
         components.scorer = RewardScorer(length_reward)
         return components
 
@@ -106,15 +107,14 @@ def _train_capturing_components(cfg, monkeypatch):
     return train(cfg), captured["c"]
 
 
-def _comparable(record: dict) -> dict:
-    return {k: v for k, v in record.items() if not k.startswith(("time/", "memory/"))}
-
-
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_full_run_with_colocate_and_offload_is_bit_identical(assets, tmp_path, monkeypatch):
     records_a, components_a = _train_capturing_components(_config(assets, tmp_path / "a", colocate=True), monkeypatch)
     records_b, components_b = _train_capturing_components(_config(assets, tmp_path / "b", colocate=False), monkeypatch)
-    assert [_comparable(r) for r in records_a] == [_comparable(r) for r in records_b]
+    assert [comparable(r) for r in records_a] == [comparable(r) for r in records_b]
+    # both engines sample from the trainer's weights: their logprobs agree up to round-off (as in test_trainer)
+    assert_roundoff_mismatch(records_a, components_a.cfg)
+    assert_roundoff_mismatch(records_b, components_b.cfg)
     assert any(r["train/grad_norm"] > 0 for r in records_a) and "eval/accuracy" in records_a[-1]
     # offload really happened: memory was released every rollout and is 0 at rest
     assert all(r["memory/trainer_released_bytes"] > 0 and r["memory/trainer_device_bytes"] == 0 for r in records_a)

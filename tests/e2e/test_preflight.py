@@ -1,6 +1,6 @@
 """The pre-flight against real folders, files and a real toy model (issue 9, items 2.6, 2.10,
 2.14): each broken input is one line before any model loads, and a check leaves nothing
-behind. The same checks run in ``heron train`` (build_components) and ``heron check``;
+behind. The same checks run in ``heron train`` (through RLRun, before it locks run.dir) and ``heron check``;
 test_cli_preflight.py drives both through the real command line."""
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from heron.loop import train
 from heron.reward.builtin import BUILTIN_REWARDS
 from heron.rl_run import RLRun
 from heron.tracking.metrics_file import read_jsonl
+from tests.run_compare import comparable
 from tests.soak import trials
 
 NUM_ROLLOUTS, STOP_AFTER = 5, 2  # checkpoints after rollouts 1, 3, 4 (interval 2 + the last)
@@ -96,8 +97,8 @@ def _run(cfg, monkeypatch=None, stop_after: int | None = None) -> RLRun:
 
 
 def _rows(path: Path) -> list[dict]:
-    """Metric rows without wall times and device-memory figures (those differ with offload)."""
-    return [{k: v for k, v in row.items() if not k.startswith(("time/", "memory/"))} for row in read_jsonl(path)]
+    """Metric rows as bit-identical runs must agree on (tests/run_compare.py)."""
+    return [comparable(row) for row in read_jsonl(path)]
 
 
 def _snapshot(folder: Path) -> dict[str, str]:

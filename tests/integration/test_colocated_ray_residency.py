@@ -32,6 +32,7 @@ from heron.cluster.remote_call import wait_all
 from heron.residency.state import Residency
 from heron.config.root import load_config
 from heron.rl_run import RLRun
+from tests.run_compare import assert_roundoff_mismatch, comparable
 from tests.tolerance import HANG_S, RAY_START
 
 HUNG_TIMEOUT_S = 6  # the call deadline a hung rank must run into
@@ -107,9 +108,8 @@ def _eval_with_trainer_awake(run) -> None:
 
 
 def test_colocated_actors_take_turns_and_match_disaggregated(ray_session, toy_model_dir, toy_data_path, tmp_path, transitions):
-    colocated, colocated_weights = _run(_config(
-        toy_model_dir, toy_data_path, tmp_path / "colocated", "colocate=true", "train.world_size=2"),
-        after_loop=_eval_with_trainer_awake)
+    colocated_cfg = _config(toy_model_dir, toy_data_path, tmp_path / "colocated", "colocate=true", "train.world_size=2")
+    colocated, colocated_weights = _run(colocated_cfg, after_loop=_eval_with_trainer_awake)
     end = [(name, state) for name, state, _ in transitions[-5:]]
     assert sorted(end[:2]) == [("trainer-rank-0", "awake"), ("trainer-rank-1", "awake")], end  # woken concurrently
     assert end[2:] == [("trainer-rank-0", "asleep"), ("engine-0", "awake"), ("engine-0", "asleep")], end
@@ -130,14 +130,15 @@ def test_colocated_actors_take_turns_and_match_disaggregated(ray_session, toy_mo
             assert record[f"memory/trainer-rank-{rank}_released_bytes"] > 0
 
     transitions.clear()
-    apart, apart_weights = _run(_config(
-        toy_model_dir, toy_data_path, tmp_path / "apart", "colocate=false", "train.world_size=2"))
+    apart_cfg = _config(toy_model_dir, toy_data_path, tmp_path / "apart", "colocate=false", "train.world_size=2")
+    apart, apart_weights = _run(apart_cfg)
     assert transitions == []  # no offload: nothing sleeps
     assert apart[-1]["memory/trainer-rank-0_device_bytes"] > 0
     assert apart[-1]["memory/trainer-rank-0_released_bytes"] == 0
     for ours, theirs in zip(colocated, apart):
-        same = {k for k in ours if not k.startswith(("memory/", "time/"))}
-        assert {k: ours[k] for k in same} == {k: theirs[k] for k in same}
+        assert comparable(ours) == comparable(theirs)
+    assert_roundoff_mismatch(colocated, colocated_cfg)  # the mismatch, left out above: round-off only
+    assert_roundoff_mismatch(apart, apart_cfg)
     assert colocated[-1]["train/grad_norm"] > 0  # it trained on something
     assert colocated_weights.keys() == apart_weights.keys()
     for name, tensor in colocated_weights.items():

@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+import heron.build
 from heron.config.base import ConfigError
 from heron.config.root import load_config
 from heron.loop import run_rollouts
-from heron.residency import undeclared_operations
+from heron.residency import host_only, undeclared_operations
 from heron.rl_run import RLRun
 from heron.rollout.engine import RolloutEngine
 from heron.rollout.registry import ENGINE_BUILDERS, register_engine
@@ -50,3 +51,29 @@ def test_a_registered_engine_runs_the_loop(echo_registered, toy_model_dir, toy_d
 def test_an_unknown_engine_kind_fails_before_anything_loads(toy_model_dir, toy_data_path, tmp_path):
     with pytest.raises(ConfigError, match=r"engine.kind='nope' is not a registered engine; use one of .*embedded"):
         RLRun(_config(toy_model_dir, toy_data_path, tmp_path, "engine.kind=nope"))
+
+
+class _ClosingEngine(EchoEngine):
+    closed = False
+
+    @host_only
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_build_that_fails_after_the_engine_closes_it(toy_model_dir, toy_data_path, tmp_path, monkeypatch):
+    """A server engine must not outlive a run whose trainer failed to build (the server would
+    otherwise run until the interpreter exits)."""
+    built: list[_ClosingEngine] = []
+    register_engine("closing", lambda spec: built.append(_ClosingEngine()) or built[-1])
+
+    def failing_trainer_spec(cfg):
+        raise RuntimeError("trainer build failed")
+
+    monkeypatch.setattr(heron.build, "trainer_spec", failing_trainer_spec)
+    try:
+        with pytest.raises(RuntimeError, match="trainer build failed"):
+            RLRun(_config(toy_model_dir, toy_data_path, tmp_path, "engine.kind=closing"))
+    finally:
+        ENGINE_BUILDERS.pop("closing")
+    assert len(built) == 1 and built[0].closed

@@ -48,7 +48,7 @@ def _heron_error(err: str) -> str:
 
 
 def _no_model_loading(monkeypatch) -> None:
-    def refuse(cfg):
+    def refuse(*args):
         raise AssertionError("a second run on a folder in use loaded its components")
 
     monkeypatch.setattr("heron.rl_run.build_components", refuse)

@@ -10,10 +10,13 @@ from heron.parallel.dp_trainer import DataParallelTrainer
 from heron.residency import Resident, host_only, needs_device, undeclared_operations
 from heron.residency.declare import HOST_ONLY, LIFECYCLE, NEEDS_DEVICE, declared_need, public_operations
 from heron.rollout.embedded import EmbeddedEngine
+from heron.rollout.server.engine import ServerEngine
 from heron.trainer.policy_trainer import PolicyTrainer
 
 
-@pytest.mark.parametrize("component", [PolicyTrainer, EmbeddedEngine, DataParallelTrainer, RemoteEngine, TrainerGroup])
+@pytest.mark.parametrize(
+    "component", [PolicyTrainer, EmbeddedEngine, DataParallelTrainer, RemoteEngine, TrainerGroup, ServerEngine]
+)
 def test_every_public_operation_declares_its_needs(component):
     assert undeclared_operations(component) == []
 
@@ -46,6 +49,10 @@ def test_declarations_of_the_operations_that_matter():
     for (component, name), need in expected.items():
         assert declared_need(operations[component][name]) == need, (component, name)
     stand_ins = {"trainer": public_operations(TrainerGroup), "engine": public_operations(RemoteEngine)}
+    server = public_operations(ServerEngine)  # the vLLM engine declares the engine verbs like the embedded one
+    for (component, name), need in expected.items():
+        if component == "engine":
+            assert declared_need(server[name]) == need, ("server engine", name)
     for (component, name), need in expected.items():  # the Ray stand-ins declare the same verbs the same way
         if name in stand_ins[component]:
             assert declared_need(stand_ins[component][name]) == need, ("stand-in", component, name)

@@ -21,7 +21,9 @@ from heron.rollout.prompt_format import PromptFormatter
 from heron.trainer.batch import collate
 from heron.trainer.objectives import PolicyObjective, SFTObjective
 from heron.trainer.policy_trainer import PolicyTrainer
-from tests.tolerance import assert_logprobs_close, assert_sums_close, assert_updates_close, reduction_length
+from tests.tolerance import (
+    assert_logprobs_close, assert_sums_close, assert_updates_close, logprob_roundoff, reduction_length,
+)
 
 PROMPTS = [Prompt(i, t, l) for i, (t, l) in enumerate([("12+30=", "42"), ("7+5=", "12"), ("100+23=", "123"), ("1+1=", "2")])]
 
@@ -82,8 +84,11 @@ def test_train_changes_weights_returns_metrics_and_push_updates_engine(toy_model
     tok, engine, batch = _rollout(toy_model_dir)
     trainer = _trainer(toy_model_dir, steps_per_rollout=2, micro_batch_size=4)
     before = {k: v.clone() for k, v in trainer.host_weights().items()}
+    roundoff = _logprob_roundoff(trainer.model, batch)  # before train() replaces the engine's logprobs
     metrics = trainer.train(batch)
     assert set(metrics) >= {"loss", "pg_loss", "clip_fraction", "entropy", "grad_norm", "lr", "policy_drift_kl"}
+    # the engine sampled with the trainer's weights: only float round-off between the two
+    assert 0 <= metrics["engine_logprob_abs_diff_mean"] <= metrics["engine_logprob_abs_diff_max"] <= roundoff
     assert trainer.version == 1
     assert any(not torch.equal(before[k], v) for k, v in trainer.host_weights().items())
     engine.load_weights(trainer.weights())
@@ -92,6 +97,26 @@ def test_train_changes_weights_returns_metrics_and_push_updates_engine(toy_model
         assert torch.equal(v, trainer.host_weights()[k]), k
     # after the push the engine's logprobs are the trainer's again
     _assert_logprobs_close(trainer.compute_logprobs(batch), _rescore(engine, batch), trainer.model, batch)
+
+
+def test_logprob_mismatch_metric_sees_a_stale_engine(toy_model_dir):
+    """Engine logprobs from other weights than the trainer's show up as a large mismatch."""
+    _, _, batch = _rollout(toy_model_dir)
+    trainer = _trainer(toy_model_dir)
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    trainer._publish_weights()
+    roundoff = _logprob_roundoff(trainer.model, batch)
+    metrics = trainer.train(batch)
+    assert metrics["engine_logprob_abs_diff_max"] > 10 * roundoff
+    assert 0 < metrics["engine_logprob_abs_diff_mean"] <= metrics["engine_logprob_abs_diff_max"]
+
+
+def _logprob_roundoff(model, batch) -> float:
+    """The largest engine/trainer logprob gap round-off explains on ``batch`` (tests/tolerance.py)."""
+    max_abs = float((batch.old_logprobs.abs() * batch.loss_mask).max())
+    return logprob_roundoff(model.config, batch.input_ids.numel(), max_abs)
 
 
 def _rescore(engine, batch):
