@@ -11,6 +11,7 @@ from pathlib import Path
 from heron.config.base import ConfigError
 from heron.errors import ComponentError, RunError, UserError, describe_os_error
 from heron.interrupt import RunInterrupted
+from heron.version import heron_version
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -19,8 +20,6 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from heron.version import heron_version
-
     parser = argparse.ArgumentParser(prog="heron", description="RL post-training for LLMs")
     parser.add_argument("--version", action="version", version=f"heron {heron_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
