@@ -11,6 +11,7 @@ from pathlib import Path
 from heron.config.base import ConfigError
 from heron.errors import ComponentError, RunError, UserError, describe_os_error
 from heron.interrupt import RunInterrupted
+from heron.version import heron_version
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -20,6 +21,7 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="heron", description="RL post-training for LLMs")
+    parser.add_argument("--version", action="version", version=f"heron {heron_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_config_args(sub.add_parser("train", help="RL training run"))
     _add_config_args(sub.add_parser("sft", help="supervised warm start; writes an HF folder"))
@@ -29,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     toy.add_argument("--out", required=True, help="folder for data/ and toy-model/")
     demo = sub.add_parser("demo", help="toy model -> SFT warm start -> RL, end to end")
     demo.add_argument("--run-dir", default=None, help="output folder (default runs/demo-<time>)")
-    demo.add_argument("--config", default=str(Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"))
+    demo.add_argument("--config", default=str(Path(__file__).resolve().parent / "toy" / "demo.yaml"))
     demo.add_argument("overrides", nargs="*", help="key.sub=value overrides")
     _add_ckpt_parser(sub)
     return parser

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from heron.data.rows import DataError
+from heron.extras import require_extra
 
 
 def detect_format(path: Path, fmt: str) -> str:
@@ -52,6 +53,7 @@ def _jsonl(path: Path) -> Iterator[tuple[str, Any]]:
 
 
 def _parquet(path: Path) -> Iterator[tuple[str, Any]]:
+    require_extra("data", f"the Parquet dataset '{path}'")
     import pyarrow.parquet as pq
 
     try:
@@ -63,6 +65,7 @@ def _parquet(path: Path) -> Iterator[tuple[str, Any]]:
 
 
 def _hf_folder(path: Path, split: str) -> Iterator[tuple[str, Any]]:
+    require_extra("data", f"the datasets folder '{path}'")
     import datasets
 
     try:

@@ -5,7 +5,8 @@
 ``heron sft`` runs ``preflight_sft(cfg)``, the subset it needs. In order, each raising the first
 ``UserError`` it finds (one line; the CLI exits 2):
 
-1. the config (already validated when it was loaded) and the hooks it names (loaded, signatures checked);
+1. the config (already validated when it was loaded), the hooks it names (loaded, signatures
+   checked) and the optional packages its features need (heron.preflight.extras);
 2. the input paths exist (model folder, data, eval sets);
 3. ``run.dir`` and the checkpoint folder are writable (heron.preflight.writable), before the
    model loads rather than at the first save;
@@ -31,6 +32,7 @@ from heron.config.root import HeronConfig
 from heron.data.dataset import PromptDataset, load_dataset
 from heron.data.prompt_lengths import TokenBudget, check_prompt_lengths
 from heron.plugins.run_hooks import RunHooks, load_run_hooks
+from heron.preflight.extras import check_extras
 from heron.preflight.model_folder import ModelFolder, inspect_model_folder
 from heron.preflight.writable import check_writable
 from heron.rollout.prompt_format import PromptFormatter
@@ -54,6 +56,7 @@ class PreflightReport:
 def preflight(cfg: HeronConfig) -> PreflightReport:
     """The checks of ``heron train`` before anything heavy (see the module doc)."""
     hooks = load_run_hooks(cfg.hooks, cfg.reward)
+    check_extras(cfg)  # the optional packages the chosen features need (heron.extras)
     _check_engine(cfg)
     _check_inputs_exist(cfg)
     check_writable(cfg.run.dir, "run.dir")
