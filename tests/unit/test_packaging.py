@@ -18,6 +18,8 @@ from heron.extras import EXTRAS
 REPO = Path(__file__).resolve().parents[2]
 # imported by heron but pinned nowhere, with the reason
 NOT_PINNED = {"torch_memory_saver": "CUDA only: it installs on the CPU machine but any use fails (notes-cpu.md)"}
+# Run by the vLLM venv's python (requirements-vllm.txt, `make vllm-venv`), never imported by heron itself.
+OTHER_VENV = "heron/rollout/vllm/server_side/"
 
 
 def _project() -> dict:
@@ -76,6 +78,8 @@ def _third_party_imports() -> dict[str, list[str]]:
     """Top-level module -> heron files importing it (module level or in a function)."""
     found: dict[str, list[str]] = {}
     for path in sorted((REPO / "heron").rglob("*.py")):
+        if str(path.relative_to(REPO)).startswith(OTHER_VENV):
+            continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
