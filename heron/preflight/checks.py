@@ -33,7 +33,7 @@ from heron.data.dataset import PromptDataset, load_dataset
 from heron.data.prompt_lengths import TokenBudget, check_prompt_lengths
 from heron.plugins.run_hooks import RunHooks, load_run_hooks
 from heron.preflight.extras import check_extras
-from heron.preflight.model_folder import ModelFolder, inspect_model_folder
+from heron.preflight.model_folder import ModelFolder, inspect_model_folder, require_config_file
 from heron.preflight.writable import check_writable
 from heron.rollout.prompt_format import PromptFormatter
 from heron.rollout.registry import ENGINE_BUILDERS, check_engine_inputs
@@ -103,8 +103,7 @@ def _check_engine(cfg: HeronConfig) -> None:
 
 
 def _check_inputs_exist(cfg: HeronConfig) -> None:
-    if not (Path(cfg.model.path) / "config.json").is_file():
-        raise ConfigError(f"model.path '{cfg.model.path}' is not an HF model folder (no config.json)")
+    require_config_file(cfg.model.path)
     paths = [("data.path", cfg.data.path)] + [(f"eval.sets.{k}" if k else "eval.path", v) for k, v in cfg.eval.named_paths.items()]
     for key, path in paths:
         if path:

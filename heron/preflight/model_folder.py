@@ -62,12 +62,18 @@ def checked_tokenizer(path: str):
     return tok
 
 
+def require_config_file(path: str) -> Path:
+    """``path``'s config.json, or a one-line ``ConfigError`` if it is not an HF model folder."""
+    file = Path(path) / "config.json"
+    if not file.is_file():
+        raise ConfigError(f"model.path '{path}' is not an HF model folder (no config.json)")
+    return file
+
+
 def _read_config(folder: Path, path: str):
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    file = folder / "config.json"
-    if not file.is_file():
-        raise ConfigError(f"model.path '{path}' is not an HF model folder (no config.json)")
+    file = require_config_file(path)
     try:
         json.loads(file.read_text())
     except (ValueError, UnicodeDecodeError) as e:
