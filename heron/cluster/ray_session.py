@@ -9,7 +9,10 @@ and Windows, ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``); ``ray.init(_node_ip_addre
 "127.0.0.1")`` does not help, Ray replaces a loopback address by the network one. So the
 local start switches that mode on for the duration of ``ray.init`` (the processes it starts
 inherit it) and checks the result. Token auth is off for it (``RAY_AUTH_MODE=disabled``)
-unless the environment says otherwise; usage stats are off unless asked for.
+unless the environment says otherwise; usage stats are off unless asked for. Its workers run
+at the driver's priority (``worker_niceness=0``): they do the run's compute, and at Ray's
+default niceness of 15 any other process on the machine takes their CPU (two busy processes on
+two cores left the Ray tests under 10 % of a core).
 
 A joined cluster (``address``) or a Ray already initialised by the caller is left running;
 the run only removes what it created (actors, placement group). Securing a real cluster
@@ -52,7 +55,10 @@ def start_local_ray(num_cpus: int, log_to_driver: bool = True) -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # nothing outside this machine can reach it
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     with _single_machine_mode():
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=log_to_driver)
+        ray.init(
+            num_cpus=num_cpus, include_dashboard=False, log_to_driver=log_to_driver,
+            _system_config={"worker_niceness": 0},
+        )
     address = ray.util.get_node_ip_address()
     if not ipaddress.ip_address(address).is_loopback:
         ray.shutdown()

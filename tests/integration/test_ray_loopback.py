@@ -40,3 +40,14 @@ def test_local_ray_listens_on_loopback_only(no_ray, toy_model_dir, toy_data_path
     assert any(f.process.startswith("ray::ComponentHost") for f in found), found  # the workers' sockets were seen
     assert [f for f in found if not f.loopback] == []
     assert node_address == "127.0.0.1"
+
+
+def test_local_ray_workers_run_at_the_drivers_priority(ray_session):
+    """Ray nices its workers by 15 unless told otherwise; they do the run's compute, so on a
+    shared machine any other process would take their CPU."""
+
+    @ray.remote(num_cpus=0)
+    def niceness() -> int:
+        return os.getpriority(os.PRIO_PROCESS, 0)
+
+    assert ray.get(niceness.remote()) == os.getpriority(os.PRIO_PROCESS, 0)
