@@ -18,10 +18,9 @@ pi_engine(y_t) (trainer recomputed / engine logprobs):
   gradient instead of being reweighted.
 
 The weights multiply the policy loss only (not KL or entropy terms) and leave the loss
-normaliser alone (a masked token counts as a zero term). Metrics: mean |log w_t|, and the
-fraction of tokens the mode truncated or masked (with mode "none", only when
-``algo.off_policy.log_mismatch``: the embedded engine's logprobs differ from the trainer's by
-float round-off, ~1e-7, which is not bit-stable across memory layouts, e.g. with offload).
+normaliser alone (a masked token counts as a zero term). Metrics: the fraction of tokens
+the mode truncated or masked. The mismatch itself, mean and max |log w_t| over the rollout, is
+logged for every mode by the trainer (``heron.trainer.logprob_mismatch``).
 """
 
 from __future__ import annotations
@@ -55,14 +54,14 @@ def engine_mismatch_weights(
     with torch.no_grad():
         log_w = (old_logprobs - engine_logprobs).clamp(-MAX_LOG_WEIGHT, MAX_LOG_WEIGHT)  # [B, T]
         w = torch.exp(log_w)  # [B, T]
-        metrics = {"mismatch/abs_log_ratio": float(masked_sum(log_w.abs(), loss_mask)) / normalizer}
         if mode == "none":
-            return None, metrics
+            return None, {}
         if mode == "tis":
             weights = w.clamp(max=tis_cap)  # [B, T]
-            metrics["mismatch/truncated_fraction"] = float(masked_sum((w > tis_cap).to(w.dtype), loss_mask)) / normalizer
+            beyond = masked_sum((w > tis_cap).to(w.dtype), loss_mask)
+            metrics = {"mismatch/truncated_fraction": float(beyond) / normalizer}
         else:
             kept = (w >= mask_low) & (w <= mask_high)  # [B, T]
             weights = kept.to(w.dtype)
-            metrics["mismatch/masked_fraction"] = float(masked_sum((~kept).to(w.dtype), loss_mask)) / normalizer
+            metrics = {"mismatch/masked_fraction": float(masked_sum((~kept).to(w.dtype), loss_mask)) / normalizer}
         return weights, metrics

@@ -19,9 +19,6 @@ class OffPolicyConfig:
     tis_cap: float = doc("tis: the truncation C of the importance weight (> 1).", 2.0)
     mask_low: float = doc("mis: smallest weight w_t a token may have and stay in the loss.", 0.5)
     mask_high: float = doc("mis: largest weight w_t a token may have and stay in the loss.", 2.0)
-    log_mismatch: bool = doc(
-        "With mode=none, still log train/mismatch/abs_log_ratio (mean |log w_t|); tis and mis always log it.", False
-    )
 
     def __post_init__(self):
         check(self.tis_cap > 1, f"algo.off_policy.tis_cap must be > 1, got {self.tis_cap}")

@@ -35,7 +35,7 @@ class TrainConfig:
     )
     old_logprobs_forward: Literal["auto", "always"] = doc(
         "With recompute_old_logprobs: auto runs the separate no-grad forward for pi_old only where needed "
-        "(steps_per_rollout > 1, algo.off_policy correction or log_mismatch) and otherwise takes pi_old from the "
+        "(steps_per_rollout > 1, algo.off_policy correction) and otherwise takes pi_old from the "
         "training forward, detached (the same weights: equal values, one forward less); always runs it every "
         "rollout. train/old_logprobs_recomputed says which ran.",
         "auto",

@@ -26,7 +26,7 @@ def create_demo_assets(out: Path, seed: int = 0, max_digits: int = MAX_DIGITS, n
 def run_demo(run_dir: Path, config_path: str, overrides: list[str]) -> list[dict]:
     from heron.config.root import load_config
     from heron.loop import train
-    from heron.sft import run_sft, sft_output_dir
+    from heron.sft import run_sft
 
     start = time.perf_counter()
     assets = create_demo_assets(run_dir)

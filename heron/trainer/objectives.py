@@ -56,7 +56,7 @@ class PolicyObjective:
         self.cfg = cfg
         self.policy_loss = policy_loss or policy_loss_from_config(cfg)  # policy_loss: the hooks.policy_loss hook
         self.needs_reference = cfg.kl_coef > 0 and not cfg.kl_in_reward
-        self.compares_with_engine = cfg.off_policy.mode != "none" or cfg.off_policy.log_mismatch
+        self.compares_with_engine = cfg.off_policy.mode != "none"
         self.max_response_tokens = max_response_tokens  # L of seq-mean-token-sum-norm (rollout.max_new_tokens)
 
     def denominators(self, loss_mask):

@@ -64,7 +64,7 @@ def test_heron_config_documents_every_algo_key():
 
     rows = {key: text for key, text, _ in field_docs(HeronConfig)}
     for key in ["algo.loss_agg", "algo.clip_ratio_c", "algo.max_log_ratio", "algo.kl_in_reward", "algo.entropy_coef",
-                "algo.off_policy.mode", "algo.off_policy.tis_cap", "algo.off_policy.log_mismatch", "algo.off_policy.mask_low", "algo.off_policy.mask_high",
+                "algo.off_policy.mode", "algo.off_policy.tis_cap", "algo.off_policy.mask_low", "algo.off_policy.mask_high",
                 "rollout.dynamic_sampling.enabled", "rollout.dynamic_sampling.max_rounds",
                 "reward.overlong_buffer", "reward.overlong_penalty"]:
         assert rows.get(key), key

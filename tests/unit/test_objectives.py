@@ -85,11 +85,6 @@ def test_normalizer_to_metric_is_identity_when_equal():
     assert LossNormalizer(2.0, 4.0).to_metric(value).item() == pytest.approx(0.15)
 
 
-def test_mismatch_metrics_are_opt_in_without_a_correction():
+def test_no_correction_without_an_off_policy_mode():
     old, engine = torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.5, -2.0]])
-    mask = torch.ones(1, 2)
-    assert PolicyObjective(AlgoConfig()).engine_mismatch(old, engine, mask, 2.0) == (None, {})
-    from heron.config.off_policy import OffPolicyConfig
-
-    weights, metrics = PolicyObjective(AlgoConfig(off_policy=OffPolicyConfig(log_mismatch=True))).engine_mismatch(old, engine, mask, 2.0)
-    assert weights is None and metrics == {"mismatch/abs_log_ratio": pytest.approx(0.25)}
+    assert PolicyObjective(AlgoConfig()).engine_mismatch(old, engine, torch.ones(1, 2), 2.0) == (None, {})

@@ -28,10 +28,9 @@ def test_one_step_on_policy_reuses_the_training_forward():
         (None, {"steps_per_rollout": 2}, "steps_per_rollout=2"),
         (AlgoConfig(off_policy=OffPolicyConfig(mode="tis")), {}, "algo.off_policy"),
         (AlgoConfig(off_policy=OffPolicyConfig(mode="mis")), {}, "algo.off_policy"),
-        (AlgoConfig(off_policy=OffPolicyConfig(log_mismatch=True)), {}, "algo.off_policy"),
         (None, {"old_logprobs_forward": "always"}, "old_logprobs_forward=always"),
     ],
-    ids=["several-steps", "tis", "mis", "log-mismatch", "always"],
+    ids=["several-steps", "tis", "mis", "always"],
 )
 def test_the_forward_runs_where_it_is_needed(algo, train_kw, why):
     plan = _plan(algo, **train_kw)

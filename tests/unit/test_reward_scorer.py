@@ -6,7 +6,6 @@ functions, per-sample, per-group and per-batch scopes."""
 import asyncio
 import logging
 import threading
-import time
 
 import pytest
 

@@ -96,10 +96,9 @@ def test_one_step_on_policy_runs_no_old_logprob_forward(toy_model_dir, batch):
     [
         (None, {"steps_per_rollout": 2}, NUM_ROWS // MICRO),  # 2 steps x 2 micro-batches
         (AlgoConfig(off_policy=OffPolicyConfig(mode="tis")), {}, NUM_ROWS // MICRO),
-        (AlgoConfig(off_policy=OffPolicyConfig(log_mismatch=True)), {}, NUM_ROWS // MICRO),
         (None, {"old_logprobs_forward": "always"}, NUM_ROWS // MICRO),
     ],
-    ids=["several-steps", "tis", "log-mismatch", "always"],
+    ids=["several-steps", "tis", "always"],
 )
 def test_the_old_logprob_forward_runs_where_it_is_needed(toy_model_dir, batch, algo, train_kw, training_forwards):
     metrics, _, _, forwards = _train(_trainer(toy_model_dir, algo, **train_kw), batch)
