@@ -39,6 +39,7 @@ from torch.distributed.tensor import DTensor
 
 from heron.checkpoint import safe_load
 from heron.checkpoint.errors import find_cause
+from heron.parallel.data_parallel import group_timeout
 
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
 
@@ -215,7 +216,8 @@ def world_group() -> dist.ProcessGroup | None:
 
 def save_process_group() -> dist.ProcessGroup | None:
     """None in a single process; else a new gloo group used only by checkpoint I/O (collective:
-    every rank must call it, in the same order)."""
+    every rank must call it, in the same order), with the trainer group's collective deadline
+    (``cluster.collective_timeout_s``): a rank that dies mid-save fails the others' save then."""
     if not (dist.is_available() and dist.is_initialized()):
         return None
-    return dist.new_group(backend="gloo")
+    return dist.new_group(backend="gloo", timeout=group_timeout())

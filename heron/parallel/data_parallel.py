@@ -20,17 +20,28 @@ import torch.distributed as dist
 
 ParallelKind = Literal["fsdp2", "ddp"]
 
+_group_timeout: timedelta | None = None  # this process's trainer group's, for the groups made after it
+
 
 def init_process_group(rank: int, world_size: int, store, *, device: str = "cpu", timeout_s: float = 300.0) -> None:
     """Joins the trainer group through ``store`` (a ``TCPStore``, see ``heron.cluster.rendezvous``);
-    ``timeout_s`` bounds the rendezvous and every later collective."""
+    ``timeout_s`` bounds the rendezvous and every later collective, also those of the groups
+    made later for one purpose (``group_timeout``)."""
+    global _group_timeout
+    _group_timeout = timedelta(seconds=timeout_s)
     dist.init_process_group(
         backend="nccl" if device == "cuda" else "gloo",
         store=store,
         rank=rank,
         world_size=world_size,
-        timeout=timedelta(seconds=timeout_s),
+        timeout=_group_timeout,
     )
+
+
+def group_timeout() -> timedelta | None:
+    """The trainer group's collective deadline; None where heron did not create the group (torch's
+    default applies). ``dist.new_group`` does not inherit it: without it, a group gets 30 min."""
+    return _group_timeout
 
 
 def apply_data_parallel(model: torch.nn.Module, kind: ParallelKind) -> torch.nn.Module:

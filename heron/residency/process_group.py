@@ -13,22 +13,24 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+from heron.parallel.data_parallel import group_timeout
 from heron.residency.errors import ResidencyError
 
 
 class ManagedProcessGroup:
     """``dist.new_group(ranks, backend)`` that can be released and recreated; ``group`` is
-    the live group (raises while released)."""
+    the live group (raises while released). Its collectives' deadline: ``timeout_s``, else the
+    trainer group's (``cluster.collective_timeout_s``)."""
 
     def __init__(self, component: str, name: str, ranks: list[int] | None = None,
-                 backend: str | None = None, timeout_s: float = 600.0):
+                 backend: str | None = None, timeout_s: float | None = None):
         if not dist.is_initialized():
             raise ResidencyError(f"{component}: process group '{name}' needs torch.distributed initialised")
         self.component = component
         self.name = name
         self.ranks = ranks
         self.backend = backend
-        self.timeout = timedelta(seconds=timeout_s)
+        self.timeout = group_timeout() if timeout_s is None else timedelta(seconds=timeout_s)
         self._group = self._create()
 
     def _create(self):

@@ -99,3 +99,18 @@ def test_two_ranks_release_and_recreate_their_group_in_lockstep(tmp_path):
         assert p.exitcode == 0
     expected = [[float(1 + 2 * c)] * 2 for c in range(3)]  # rank0 c + rank1 (1 + c)
     assert outputs == {0: expected, 1: expected}
+
+
+def test_groups_made_later_keep_the_trainer_groups_deadline(tmp_path):
+    """``dist.new_group`` does not inherit the default group's timeout (it gets torch's 30 min):
+    the checkpoint's and the residency's groups must fail as fast as the trainer's collectives."""
+    from heron.checkpoint.dcp_io import save_process_group
+    from heron.parallel.data_parallel import init_process_group
+
+    init_process_group(0, 1, dist.FileStore(str(tmp_path / "store"), 1), timeout_s=42.0)
+    try:
+        groups = {"checkpoint": save_process_group(), "residency": ManagedProcessGroup("trainer", "t").group}
+        deadlines = {name: g._get_backend(torch.device("cpu")).options._timeout.total_seconds() for name, g in groups.items()}
+        assert deadlines == {"checkpoint": 42.0, "residency": 42.0}
+    finally:
+        dist.destroy_process_group()
