@@ -9,7 +9,10 @@ the tensor, no shard is written (the temporary folder is removed), and the last 
 of the weights, so this is the last line, for what got in another way (a weight-changing hook,
 an overflow in the optimizer itself).
 
-Cost: one ``isfinite().all()`` reduction per tensor and a single host sync for all of them.
+Cost: one min/max reduction per tensor (``aminmax``: a NaN propagates to both, +inf to the
+max, -inf to the min, so both are finite exactly when every element is) and a single host sync
+for all of them. ``isfinite().all()`` says the same but first materialises a bool tensor of the
+tensor's size: on 300 MB of state here it took ~1.4 s of a 7 s save, the reduction ~20 ms.
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ def nonfinite_tensors(state: dict[str, Any]) -> list[str]:
     tensors = [*_floating_tensors("", state.get("model", {})), *_floating_tensors("optimizer", state.get("optimizer", {}))]
     if not tensors:
         return []
-    finite = torch.stack([torch.isfinite(t).all() for _, t in tensors]).cpu()  # [num_tensors], one sync
+    bounds = torch.stack([torch.stack(torch.aminmax(t)).float() for _, t in tensors])  # [num_tensors, 2]
+    finite = torch.isfinite(bounds).all(dim=1).cpu()  # [num_tensors], one sync
     return [name for (name, _), ok in zip(tensors, finite.tolist()) if not ok]
 
 
