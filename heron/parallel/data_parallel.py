@@ -18,6 +18,8 @@ from typing import Literal
 import torch
 import torch.distributed as dist
 
+from heron.device import collective_backend
+
 ParallelKind = Literal["fsdp2", "ddp"]
 
 
@@ -25,7 +27,7 @@ def init_process_group(rank: int, world_size: int, store, *, device: str = "cpu"
     """Joins the trainer group through ``store`` (a ``TCPStore``, see ``heron.cluster.rendezvous``);
     ``timeout_s`` bounds the rendezvous and every later collective."""
     dist.init_process_group(
-        backend="nccl" if device == "cuda" else "gloo",
+        backend=collective_backend(device),
         store=store,
         rank=rank,
         world_size=world_size,
