@@ -71,10 +71,10 @@ def run(assets, run_dir: Path, device: str, offload: bool, num_rollouts: int, ti
         "checkpoint.interval=0", "tracking.progress=false", "tracking.summary=false", "tracking.plot=false",
     ])
     target = seam.resolve(device)
-    reset_peak(target)
+    seam.reset_peak(target)
     with TransitionTimes(target) as times:
         records = train(cfg)
-    return records, dict(times.times), peak_allocated(target)
+    return records, dict(times.times), seam.peak_allocated(target)
 
 
 def copy_reference_s(num_bytes: int, device: torch.device) -> float:
