@@ -33,7 +33,7 @@ def engine_spec(cfg: HeronConfig, pad_token_id: int) -> EngineSpec:
     _, offload_rollout = resolve_offload(cfg.colocate, cfg.offload)
     return EngineSpec(
         engine=cfg.engine, model=cfg.model, rollout=cfg.rollout, pad_token_id=pad_token_id,
-        seed=cfg.run.seed, run_dir=cfg.run.dir, offload=offload_rollout,
+        seed=cfg.run.seed, run_dir=cfg.run.dir, offload=offload_rollout, device=device_kind(cfg),
     )
 
 
@@ -42,7 +42,14 @@ def trainer_spec(cfg: HeronConfig) -> TrainerSpec:
         model=cfg.model, train=cfg.train, algo=cfg.algo, policy_loss=cfg.hooks.policy_loss,
         total_steps=cfg.rollout.num_rollouts * cfg.train.steps_per_rollout,
         temperature=cfg.rollout.temperature, max_response_tokens=cfg.rollout.max_new_tokens, seed=cfg.run.seed,
+        device=device_kind(cfg),
     )
+
+
+def device_kind(cfg: HeronConfig) -> str:
+    """The components' device kind: ``run.device`` in this process, ``cluster.device`` on Ray
+    (resolved by ``heron.device`` inside each actor, where the GPU Ray gave it is visible)."""
+    return cfg.cluster.device if cfg.cluster.backend == "ray" else cfg.run.device
 
 
 def residency_settings(cfg: HeronConfig) -> ResidencySettings:

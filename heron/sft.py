@@ -15,6 +15,7 @@ from heron.atomic_file import publish_folder, temp_sibling
 from heron.config.root import HeronConfig
 from heron.config.train import TrainConfig
 from heron.data.sampler import EpochSampler
+from heron.device import place, resolve
 from heron.models import load_model
 from heron.preflight import preflight_sft
 from heron.records import Prompt, Sample
@@ -64,7 +65,8 @@ def _train_and_export(cfg: HeronConfig, out: Path, formatter: PromptFormatter, e
         lr=cfg.sft.lr, warmup_steps=max(1, cfg.sft.num_steps // 20), lr_schedule="cosine",
         micro_batch_size=cfg.sft.batch_size, recompute_old_logprobs=False, grad_clip=1.0,
     )
-    trainer = PolicyTrainer(load_model(cfg.model.path, cfg.model.dtype), train_cfg, SFTObjective(), total_steps=cfg.sft.num_steps)
+    model = place(load_model(cfg.model.path, cfg.model.dtype), resolve(cfg.run.device))
+    trainer = PolicyTrainer(model, train_cfg, SFTObjective(), total_steps=cfg.sft.num_steps)
     start = time.perf_counter()
     bar = tqdm(range(cfg.sft.num_steps), desc="sft", disable=None if progress else True, mininterval=1.0, dynamic_ncols=True)
     for step in bar:

@@ -39,6 +39,7 @@ from torch.distributed.tensor import DTensor
 
 from heron.checkpoint import safe_load
 from heron.checkpoint.errors import find_cause
+from heron.device import HOST, pins_host_memory
 from heron.parallel.data_parallel import group_timeout
 
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
@@ -65,14 +66,13 @@ def stage(state: Any, buffers: dict | None = None) -> Any:
     fresh pages, at the price of holding one host copy of the state for the whole run."""
     memo: dict[tuple, torch.Tensor] = {}
     buffers = {} if buffers is None else buffers
-    pin = torch.cuda.is_available()
 
     def copy_tensor(path: str, t: torch.Tensor) -> torch.Tensor:
         key = (t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride()))  # tied tensors: one copy
         if key not in memo:
             host = buffers.get(path)
             if host is None or host.shape != t.shape or host.dtype != t.dtype:
-                host = buffers[path] = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=pin)
+                host = buffers[path] = torch.empty(t.shape, dtype=t.dtype, device=HOST, pin_memory=pins_host_memory(t.device))
             memo[key] = host.copy_(t.detach())
         return memo[key]
 
@@ -203,7 +203,8 @@ def load_into(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, f
     state = live_state(model, optimizer)
     if process_group is None:
         process_group = world_group()  # data-parallel ranks load collectively (DCP reshards)
-    safe_load.load(state, Path(folder) / DCP_FOLDER, process_group, no_dist=process_group is None)
+    device = next(model.parameters()).device  # where this model's state lives (heron.device resolved it)
+    safe_load.load(state, Path(folder) / DCP_FOLDER, process_group, no_dist=process_group is None, device=device)
     set_model_state_dict(model, state["model"])
     if optimizer is not None:
         set_optimizer_state_dict(model, optimizer, state["optimizer"])

@@ -15,6 +15,8 @@ import random
 import numpy as np
 import torch
 
+from heron.device import ACCELERATOR_RNG_KEY, accelerator_rng_state, restore_accelerator_rng_state
+
 
 def _encode(state: torch.Tensor) -> str:
     return base64.b64encode(state.numpy().tobytes()).decode()
@@ -32,8 +34,8 @@ def capture_rng() -> dict:
         "numpy": {"name": name, "keys": keys.tolist(), "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
         "torch": _encode(torch.get_rng_state()),
     }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["torch_cuda"] = [_encode(s) for s in torch.cuda.get_rng_state_all()]
+    for key, states in accelerator_rng_state().items():
+        state[key] = [_encode(s) for s in states]
     return state
 
 
@@ -43,5 +45,5 @@ def restore_rng(state: dict) -> None:
     n = state["numpy"]
     np.random.set_state((n["name"], np.array(n["keys"], dtype=np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
     torch.set_rng_state(_decode(state["torch"]))
-    if "torch_cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([_decode(s) for s in state["torch_cuda"]])
+    if ACCELERATOR_RNG_KEY in state:
+        restore_accelerator_rng_state([_decode(s) for s in state[ACCELERATOR_RNG_KEY]])

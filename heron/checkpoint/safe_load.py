@@ -31,6 +31,7 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
 from heron.checkpoint.errors import CheckpointError, find_cause
+from heron.device import HOST, map_location
 
 METADATA_FILE = ".metadata"
 METADATA_GLOBALS: dict[str, frozenset[str]] = {
@@ -108,22 +109,33 @@ class SafeFileSystemReader(dcp.FileSystemReader):
         return metadata
 
 
+def load_plain(value: io.BytesIO, device: torch.device, fqn: str) -> Any:
+    """A non-tensor item: plain data by ``torch.load(weights_only=True)``, any tensor in it mapped
+    to ``device`` (``heron.device.map_location``: a CUDA run's checkpoint resumes on CPU and back;
+    DCP itself reads tensor items to the host and copies them into the live tensors)."""
+    try:
+        return torch.load(value, weights_only=True, map_location=map_location(device))
+    except pickle.UnpicklingError as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(
+            f"checkpoint item {fqn} is not plain data ({reason}); refused to load it (a tampered or foreign "
+            f"checkpoint; use only checkpoints you wrote)"
+        ) from None
+
+
 class SafeLoadPlanner(DefaultLoadPlanner):
-    """DCP's default load planner, with non-tensor items loaded by ``torch.load(weights_only=True)``
-    (plain data: numbers, strings, tuples, lists, dicts, tensors) instead of a full unpickle."""
+    """DCP's default load planner, with non-tensor items loaded by ``load_plain`` (plain data:
+    numbers, strings, tuples, lists, dicts, tensors) instead of a full unpickle."""
+
+    def __init__(self, device: torch.device = HOST):
+        super().__init__()
+        self.device = device
 
     def load_bytes(self, read_item, value: io.BytesIO) -> None:
         from torch.distributed.checkpoint._traverse import set_element
 
         fqn = read_item.dest_index.fqn
-        try:
-            obj = torch.load(value, weights_only=True)
-        except pickle.UnpicklingError as e:
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise CheckpointError(
-                f"checkpoint item {fqn} is not plain data ({reason}); refused to load it (a tampered or foreign "
-                f"checkpoint; use only checkpoints you wrote)"
-            ) from None
+        obj = load_plain(value, self.device, fqn)
         if self.flatten_state_dict:
             set_element(self.original_state_dict, self.mappings[fqn], obj)
         else:
@@ -131,13 +143,13 @@ class SafeLoadPlanner(DefaultLoadPlanner):
 
 
 def load(state: dict[str, Any], dcp_folder: str | Path, process_group: dist.ProcessGroup | None = None,
-         *, no_dist: bool | None = None) -> None:
+         *, no_dist: bool | None = None, device: torch.device = HOST) -> None:
     """``dcp.load`` of ``state`` in place from ``dcp_folder`` with the safe reader and planner.
     A refusal (or another heron error) inside DCP comes out as itself, not wrapped in DCP's
     multi-line ``CheckpointException``."""
     no_dist = (process_group is None and not (dist.is_available() and dist.is_initialized())) if no_dist is None else no_dist
     try:
-        dcp.load(state, storage_reader=SafeFileSystemReader(str(dcp_folder)), planner=SafeLoadPlanner(),
+        dcp.load(state, storage_reader=SafeFileSystemReader(str(dcp_folder)), planner=SafeLoadPlanner(device),
                  process_group=process_group, no_dist=no_dist)
     except CheckpointException as e:
         refusal = find_cause(e, CheckpointError)

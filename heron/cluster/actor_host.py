@@ -55,7 +55,7 @@ class ComponentHost:
     def join_weight_group(self, addr: str, port: int, rank: int, size: int, timeout_s: float) -> None:
         from heron.weights import broadcast
 
-        broadcast.join(addr, port, rank, size, timeout_s)
+        broadcast.join(addr, port, rank, size, timeout_s, device=self.component.device)
 
     def send_weights(self, version: int) -> None:
         """Trainer rank 0: broadcasts its host weights to the engines of the group."""

@@ -48,7 +48,9 @@ class PlacementPlan:
         trainer = list(range(world_size))
         engines = [e % world_size for e in range(num_engines)] if colocate else [world_size + e for e in range(num_engines)]
         num_bundles = world_size if colocate else world_size + num_engines
-        return cls(num_bundles, trainer, engines, cpus_per_bundle, 1 if device == "cuda" else 0)
+        from heron.device import gpus_per_bundle
+
+        return cls(num_bundles, trainer, engines, cpus_per_bundle, gpus_per_bundle(device))
 
     def total(self) -> dict[str, float]:
         """Resources of the whole placement group, per kind."""
@@ -86,8 +88,13 @@ def bundle_cpus(cfg: "ClusterConfig", num_bundles: int) -> float:
 
 
 def local_resources(cfg: "ClusterConfig") -> dict[str, float]:
-    """Total resources of the local Ray heron starts (``cluster.address`` empty)."""
-    return {"CPU": float(cfg.num_cpus)}
+    """Total resources of the local Ray heron starts (``cluster.address`` empty): its CPUs, and
+    with ``cluster.device=cuda`` the GPUs Ray will detect on this machine."""
+    if cfg.device == "cpu":
+        return {"CPU": float(cfg.num_cpus)}
+    from heron.device import local_gpu_count
+
+    return {"CPU": float(cfg.num_cpus), "GPU": float(local_gpu_count())}
 
 
 def check_placeable(plan: PlacementPlan, resources: Mapping[str, float], where: str) -> None:
@@ -98,6 +105,11 @@ def check_placeable(plan: PlacementPlan, resources: Mapping[str, float], where: 
              if need > resources.get(kind, 0.0) + RESOURCE_UNIT / 2}
     if not short:
         return
+    if "GPU" in short and short["GPU"][1] == 0:
+        raise PlacementError(
+            f"cluster.device=cuda but {where} has no GPUs ({short['GPU'][0]:g} needed: one per placement bundle); "
+            f"use cluster.device=cpu, or join a Ray cluster with GPUs (cluster.address)"
+        )
     needs = ", ".join(f"{need:g} {kind} needed, {have:g} available" for kind, (need, have) in short.items())
     raise PlacementError(
         f"cannot place {plan.num_bundles} bundles x {plan.bundles()[0]} on {where}: {needs}; "

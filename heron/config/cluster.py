@@ -18,7 +18,10 @@ class ClusterConfig:
     address: str = doc("Ray cluster to join (e.g. 'ray://head:10001' or 'auto'); empty starts a local Ray.", "")
     num_cpus: int = doc("CPUs of the local Ray started when address is empty (keep small on shared machines).", 2)
     num_engines: int = doc("Rollout engine actors (ray backend); requests are split evenly across them.", 1)
-    device: Literal["cpu", "cuda"] = doc("Device kind of each bundle: cpu (gloo) or cuda (nccl, one GPU per bundle).", "cpu")
+    device: Literal["cpu", "cuda"] = doc(
+        "Device kind of each bundle: cpu (gloo) or cuda (one GPU per bundle, shared as fractional GPUs by "
+        "colocated actors; nccl for the trainer group and the weight broadcast).", "cpu"
+    )
     cpus_per_bundle: float = doc(
         "CPUs reserved by each placement bundle (one bundle per device); 0 = automatic: a local Ray's "
         "num_cpus split evenly over the bundles, 1 per bundle on a joined cluster.",
@@ -35,11 +38,6 @@ class ClusterConfig:
     startup_timeout_s: float = doc("Deadline for Ray start, placement group reservation and actor start, in seconds.", 120.0)
 
     def __post_init__(self):
-        check(
-            self.device == "cpu",
-            "cluster.device=cuda is not supported yet: trainer and engines place their tensors on the CPU "
-            "(GPU bundles, nccl and torch_memory_saver are described in docs/cluster.md); use cluster.device=cpu",
-        )
         check(self.num_cpus >= 1, f"cluster.num_cpus must be >= 1, got {self.num_cpus}")
         check(self.num_engines >= 1, f"cluster.num_engines must be >= 1, got {self.num_engines}")
         check(self.cpus_per_bundle >= 0, f"cluster.cpus_per_bundle must be >= 0 (0 = automatic), got {self.cpus_per_bundle}")

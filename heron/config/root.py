@@ -84,6 +84,11 @@ class HeronConfig:
             f"colocate=true places engine e on trainer rank e's bundle, so cluster.num_engines="
             f"{self.cluster.num_engines} must be <= train.world_size={world}; lower num_engines or set colocate=false",
         )
+        check(
+            self.cluster.backend == "local" or self.run.device in ("auto", self.cluster.device),
+            f"run.device={self.run.device} places the local backend's components; on Ray cluster.device="
+            f"{self.cluster.device} does: set run.device=auto or cluster.device={self.run.device}",
+        )
         mini = self.rollout.num_samples // max(self.train.steps_per_rollout, 1)
         check(
             mini % world == 0,

@@ -18,6 +18,8 @@ from typing import Literal
 import torch
 import torch.distributed as dist
 
+from heron.device import collective_backend
+
 ParallelKind = Literal["fsdp2", "ddp"]
 
 _group_timeout: timedelta | None = None  # this process's trainer group's, for the groups made after it
@@ -30,7 +32,7 @@ def init_process_group(rank: int, world_size: int, store, *, device: str = "cpu"
     global _group_timeout
     _group_timeout = timedelta(seconds=timeout_s)
     dist.init_process_group(
-        backend="nccl" if device == "cuda" else "gloo",
+        backend=collective_backend(device),
         store=store,
         rank=rank,
         world_size=world_size,

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from heron.cluster.placement import check_local_ray_placeable
+from heron.preflight.device import check_device
 from heron.config.base import ConfigError
 from heron.config.data import DataConfig
 from heron.config.root import HeronConfig
@@ -57,6 +58,7 @@ def preflight(cfg: HeronConfig) -> PreflightReport:
     """The checks of ``heron train`` before anything heavy (see the module doc)."""
     hooks = load_run_hooks(cfg.hooks, cfg.reward)
     check_extras(cfg)  # the optional packages the chosen features need (heron.extras)
+    device_line = check_device(cfg)  # cuda asked for where there is none (heron.preflight.device)
     _check_engine(cfg)
     _check_inputs_exist(cfg)
     check_writable(cfg.run.dir, "run.dir")
@@ -76,6 +78,7 @@ def preflight(cfg: HeronConfig) -> PreflightReport:
         check_local_ray_placeable(cfg.cluster, cfg.train.world_size, cfg.colocate)
     folders = [cfg.run.dir] + ([cfg.checkpoint.folder(cfg.run.dir)] if cfg.checkpoint.enabled else [])
     data.lines.append(f"writable: {', '.join(folders)}")
+    data.lines.append(device_line)
     return report
 
 

@@ -13,12 +13,12 @@ somewhere (host RAM, or the backend's own CPU backup) and restores them bit-exac
 
 from __future__ import annotations
 
-import importlib.util
 from contextlib import AbstractContextManager, nullcontext
 from typing import Protocol, runtime_checkable
 
 import torch
 
+from heron.device import memory_backend_kind, pins_host_memory
 from heron.residency.accounting import TensorInventory, storage_bytes
 
 
@@ -67,12 +67,13 @@ class KeepResident:
 def select_backend(device: torch.device, offload: bool, tag: str) -> MemoryBackend:
     """The backend for a component on ``device``: none without offload; torch_memory_saver on
     CUDA when installed (imported only then: it needs CUDA and LD_PRELOAD); host offload else."""
-    if not offload:
+    kind = memory_backend_kind(device, offload)
+    if kind == "keep":
         return KeepResident()
-    if device.type == "cuda" and importlib.util.find_spec("torch_memory_saver") is not None:
+    if kind == "torch_memory_saver":
         from heron.residency.torch_memory_saver import TorchMemorySaverBackend
 
-        return TorchMemorySaverBackend(tag)
+        return TorchMemorySaverBackend(tag, device)
     from heron.residency.host_offload import HostOffload
 
-    return HostOffload(pin_memory=device.type == "cuda")
+    return HostOffload(pin_memory=pins_host_memory(device))

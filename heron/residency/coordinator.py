@@ -68,4 +68,6 @@ class Coordinator:
             for category, num_bytes in held.items():
                 out[f"memory/{m.name}_{category}_bytes"] = float(num_bytes)
             out[f"memory/{m.name}_released_bytes"] = float(sum(m.released_bytes.values()))
+            for figure, num_bytes in m.sleep_memory.items():  # heron.residency.sleep_memory
+                out[f"memory/{m.name}_{figure}_bytes"] = float(num_bytes)
         return out

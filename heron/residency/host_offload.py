@@ -26,6 +26,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
+from heron.device import HOST, release_cached, synchronize
 from heron.residency.accounting import TensorInventory, distinct_storages, storage_bytes
 from heron.residency.errors import ResidencyError
 
@@ -73,11 +74,14 @@ class HostOffload:
             host = torch.empty(storage.nbytes(), dtype=torch.uint8, pin_memory=self.pin_memory)  # [nbytes]
             host.copy_(_bytes_view(storage), non_blocking=self.pin_memory)
             saved.append((storage, host))
-        if self.pin_memory:
-            torch.cuda.synchronize()
+        devices = {storage.device for storage, _ in saved}
+        for device in devices:
+            synchronize(device)
         for storage, _ in saved:  # free only once every copy is complete
             storage.resize_(0)
-        if any(storage.device.type == "cpu" for storage, _ in saved):
+        for device in devices:  # freed blocks go back to the driver, so the next component gets them
+            release_cached(device)
+        if any(device == HOST for device in devices):
             return_freed_memory_to_os()
         self._saved = saved
         return released
@@ -86,8 +90,8 @@ class HostOffload:
         for storage, host in self._saved:
             storage.resize_(host.numel())
             _bytes_view(storage).copy_(host, non_blocking=self.pin_memory)
-        if self.pin_memory:
-            torch.cuda.synchronize()
+        for device in {storage.device for storage, _ in self._saved}:
+            synchronize(device)
         self._saved = []  # drops the host copies
         if not self.pin_memory:
             return_freed_memory_to_os()

@@ -38,6 +38,7 @@ from heron.errors import ComponentError
 from heron.residency.errors import ResidencyError
 from heron.residency.guard import SleepGuard
 from heron.residency.in_flight import Hold, InFlight
+from heron.residency.sleep_memory import memory_figures, sleep_record
 from heron.residency.process_group import ManagedProcessGroup
 
 if TYPE_CHECKING:
@@ -88,11 +89,13 @@ class Residency:
         self.holdings = holdings
         self.backend = backend
         self.device_key = str(device)
+        self.device = device
         self.wait_timeout_s = wait_timeout_s
         self.state = state  # ASLEEP for a proxy of a remote component that already rests asleep
         self.failure: BaseException | None = None
         self.coordinator: Coordinator | None = None
         self.released_bytes: dict[str, int] = {}  # per category, by the last sleep
+        self.sleep_memory: dict[str, int] = {}  # allocated/reserved bytes before and after the last sleep
         self.num_transitions = 0
         self._lock = threading.RLock()  # shared by all components of a device when colocated
         self._ops: list[_Operation] = []
@@ -158,9 +161,11 @@ class Residency:
 
     def _release(self) -> None:
         inventory = self.holdings.inventory()
+        before = memory_figures(self.device, self.backend, inventory)
         for group in self.holdings.process_groups.values():
             group.release()
         self.released_bytes = self.backend.release(inventory)
+        self.sleep_memory = sleep_record(before, memory_figures(self.device, self.backend, inventory))
         self._guard.install()
 
     def _restore(self) -> None:

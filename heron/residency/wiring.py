@@ -54,7 +54,9 @@ def attach(component, name: str, holdings: Holdings, *, offload: bool,
     backend = holdings.backend(offload) if holdings.backend is not None else select_backend(device, offload, tag=name)
     residency = Residency(name, holdings, backend, device=device, wait_timeout_s=wait_timeout_s)
     coordinator.register(residency)
-    if not residency.backend.keeps_memory:
+    if getattr(residency.backend, "adopts_storages", False):  # torch_memory_saver: into its weights region
+        residency.backend.adopt(holdings.inventory())
+    elif not residency.backend.keeps_memory:
         own_storages(holdings.inventory())
     component.residency = residency
     residency.sleep()  # no-op without offload

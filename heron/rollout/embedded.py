@@ -262,7 +262,8 @@ class EmbeddedEngine(Resident):
 
 def build_embedded_engine(spec) -> EmbeddedEngine:
     """``engine.kind=embedded``: the policy folder loaded in ``model.dtype``, frozen, in this process."""
+    from heron.device import place, resolve
     from heron.models import load_model
 
-    model = load_model(spec.model.path, spec.model.dtype).eval().requires_grad_(False)
+    model = place(load_model(spec.model.path, spec.model.dtype), resolve(spec.device)).eval().requires_grad_(False)
     return EmbeddedEngine(model, pad_token_id=spec.pad_token_id, max_batch_size=spec.rollout.max_batch_size)

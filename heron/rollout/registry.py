@@ -42,6 +42,7 @@ class EngineSpec:
     run_dir: str = "."
     offload: bool = False  # offload.rollout, resolved: a server that can sleep starts in sleep mode
     name: str = "engine"  # the engine actor's name on Ray (a server's log: <run_dir>/<name>.log)
+    device: str = "auto"  # run.device (local) or cluster.device (Ray): resolved by heron.device where it is built
 
     @property
     def kind(self) -> str:

@@ -6,11 +6,12 @@ Legend: B = sequences, L = padded prompt+response length, L-1 = predicted positi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Iterator, Sequence
 
 import torch
 
+from heron.device import to_device
 from heron.records import Sample
 
 
@@ -30,6 +31,14 @@ class TrainBatch:
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
+
+    def to(self, device: torch.device) -> "TrainBatch":
+        """This batch with every tensor on ``device``: itself when all are there already (on CPU,
+        always), else a copy (``heron.device.to_device``); collated batches live on the host."""
+        tensors = {f.name: getattr(self, f.name) for f in fields(self) if torch.is_tensor(getattr(self, f.name))}
+        if all(t.device == device for t in tensors.values()):
+            return self
+        return replace(self, **{name: to_device(t, device) for name, t in tensors.items()})
 
     def select(self, index: slice) -> "TrainBatch":
         return replace(

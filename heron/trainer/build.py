@@ -33,6 +33,8 @@ class TrainerSpec:
     """``rollout.max_new_tokens``: the fixed length L of ``algo.loss_agg=seq-mean-token-sum-norm``."""
     seed: int
     """``run.seed``: a rank actor seeds torch with it before building (as the driver does)."""
+    device: str = "auto"
+    """``run.device`` (local) or ``cluster.device`` (Ray), resolved by ``heron.device`` where the trainer is built."""
 
 
 def build_trainer(
@@ -42,14 +44,16 @@ def build_trainer(
 ) -> PolicyTrainer:
     """The policy trainer; ``parallelize(model) -> model`` (data parallelism, applied from
     outside by the cluster layer) runs before the optimizer is built."""
+    from heron.device import place, resolve
     from heron.models import load_model
     from heron.plugins.loader import load_hook
 
     policy_loss = load_hook("policy_loss", spec.policy_loss) if spec.policy_loss else None
     objective = PolicyObjective(spec.algo, policy_loss=policy_loss, max_response_tokens=spec.max_response_tokens)
-    model = load_model(spec.model.path, spec.model.dtype)
+    device = resolve(spec.device)
+    model = place(load_model(spec.model.path, spec.model.dtype), device)
     # the reference serves the KL term of the loss or, with algo.kl_in_reward, of the reward (sequence_kl)
-    reference = load_model(spec.model.path, spec.model.dtype) if spec.algo.kl_coef > 0 else None
+    reference = place(load_model(spec.model.path, spec.model.dtype), device) if spec.algo.kl_coef > 0 else None
     return trainer_cls(
         parallelize(model) if parallelize else model,
         spec.train,

@@ -21,6 +21,7 @@ from heron.algo.loss_agg import LossNormalizer, normalizer
 from heron.checkpoint.run_state import TrainerState
 from heron.checkpoint.shards import ModuleShards, SavedShards, ShardRequest
 from heron.config.train import TrainConfig
+from heron.device import to_host
 from heron.residency import Holdings, Resident, host_only, needs_device
 from heron.residency.snapshot import host_snapshot
 from heron.trainer.batch import TrainBatch
@@ -75,9 +76,13 @@ class PolicyTrainer(Resident):
         return next(self.model.parameters()).device
 
     @needs_device
-    @torch.no_grad()
     def compute_logprobs(self, batch: TrainBatch, *, reference: bool = False) -> torch.Tensor:
-        """Logprobs [B, L-1] of the batch under the current (or reference) weights."""
+        """Logprobs [B, L-1] of the batch under the current (or reference) weights, on the host."""
+        return to_host(self._logprobs(batch.to(self.device), reference=reference))
+
+    @torch.no_grad()
+    def _logprobs(self, batch: TrainBatch, *, reference: bool = False) -> torch.Tensor:
+        """Logprobs [B, L-1] of a batch on the trainer's device, on that device."""
         model = self.reference if reference else self.model
         if model is None:
             raise ValueError("no reference model: set algo.kl_coef > 0 to load one")
@@ -93,9 +98,10 @@ class PolicyTrainer(Resident):
         applied steps, plus ``nonfinite_skipped`` (steps skipped, see heron.trainer.nonfinite),
         ``old_logprobs_recomputed`` (1: a separate forward computed pi_old, see
         heron.trainer.old_logprobs) and the engine-mismatch metrics (when pi_old is the trainer's)."""
+        batch = batch.to(self.device)
         self._forward_mismatch: list[torch.Tensor] = []  # filled when the training forward gives pi_old
         mismatch = self._recompute_old_logprobs(batch) if self.old_logprob_plan.runs_forward else {}
-        ref_logprobs = self.compute_logprobs(batch, reference=True) if self.objective.needs_reference else None
+        ref_logprobs = self._logprobs(batch, reference=True) if self.objective.needs_reference else None
         mini_size = len(batch) // self.cfg.steps_per_rollout
         steps = []
         for step in range(self.cfg.steps_per_rollout):
@@ -114,7 +120,7 @@ class PolicyTrainer(Resident):
         metrics: mean / max |engine - trainer logprob| (``heron.trainer.logprob_mismatch``) and the
         correction's own (``algo.off_policy``)."""
         engine_logprobs = batch.old_logprobs
-        batch.old_logprobs = self.compute_logprobs(batch)
+        batch.old_logprobs = self._logprobs(batch)
         batch.mismatch_weights, metrics = self.objective.engine_mismatch(
             batch.old_logprobs, engine_logprobs, batch.loss_mask, self._token_count(batch)
         )
@@ -138,8 +144,9 @@ class PolicyTrainer(Resident):
     def sequence_kl(self, batch: TrainBatch) -> list[float]:
         """sum_t KL_t per sequence between the rollout policy (old logprobs: recomputed, or the
         engine's) and the reference, for ``algo.kl_in_reward`` (``heron.algo.kl.sequence_kl``)."""
-        old = self.compute_logprobs(batch) if self.cfg.recompute_old_logprobs else batch.old_logprobs
-        ref = self.compute_logprobs(batch, reference=True)
+        batch = batch.to(self.device)
+        old = self._logprobs(batch) if self.cfg.recompute_old_logprobs else batch.old_logprobs
+        ref = self._logprobs(batch, reference=True)
         return self.objective.reward_kl(old, ref, batch.loss_mask).tolist()
 
     def _publish_weights(self) -> None:

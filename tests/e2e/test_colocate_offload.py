@@ -94,6 +94,21 @@ def test_checkpoint_every_rollout_while_asleep_holds_the_awake_weights(assets, t
         assert torch.equal(tensor, live[key]), key
 
 
+def assert_sleep_memory(records: list[dict], names) -> None:
+    """``memory/<name>_{allocated,reserved}_{before,after}_sleep_bytes`` in every record: the
+    sleep gave memory back. On CPU the figures are the backend's counts of the component's own
+    state, so before = what it released and after = 0; on CUDA they are the process's allocator
+    figures (both components in one process), so only after < before holds per component."""
+    for record in records:
+        for name in names:
+            figures = {k: record[f"memory/{name}_{k}_{p}_sleep_bytes"] for k in ("allocated", "reserved") for p in ("before", "after")}
+            assert figures["allocated_after"] < figures["allocated_before"], (name, figures)
+            assert figures["reserved_after"] <= figures["reserved_before"], (name, figures)
+            if not torch.cuda.is_available():
+                assert figures["allocated_before"] == record[f"memory/{name}_released_bytes"] > 0, (name, figures)
+                assert figures["allocated_after"] == figures["reserved_after"] == 0, (name, figures)
+
+
 def _train_capturing_components(cfg, monkeypatch):
     captured = {}
     build = heron.rl_run.build_components
@@ -119,6 +134,8 @@ def test_full_run_with_colocate_and_offload_is_bit_identical(assets, tmp_path, m
     # offload really happened: memory was released every rollout and is 0 at rest
     assert all(r["memory/trainer_released_bytes"] > 0 and r["memory/trainer_device_bytes"] == 0 for r in records_a)
     assert all(r["memory/engine_device_bytes"] > 0 and r["memory/trainer_released_bytes"] == 0 for r in records_b)
+    assert_sleep_memory(records_a, ("trainer", "engine"))
+    assert not any(k.endswith("_before_sleep_bytes") for k in records_b[-1])  # no sleep, no figures
     components_a.trainer.wake()
     params_b = components_b.trainer.model.state_dict()
     for name, tensor in components_a.trainer.model.state_dict().items():

@@ -253,3 +253,13 @@ def test_sft_checks_its_examples_output_and_model(config, tmp_path):
     assert not out.exists()
     model, _, examples = preflight_sft(config(), out)
     assert model.max_positions == 256 and len(examples.prompts) == 64 and not out.exists()
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks a machine without CUDA")
+def test_cuda_requested_without_cuda_is_one_line_before_the_model_loads(config):
+    message = _error(config("run.device=cuda"))
+    assert message.startswith("run.device=cuda but this machine has no usable CUDA device")
+
+
+def test_the_report_names_the_resolved_device(config):
+    assert "device: run.device=cpu -> cpu" in preflight(config("run.device=cpu")).lines

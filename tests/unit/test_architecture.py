@@ -240,3 +240,40 @@ def test_the_dispatch_check_catches_probes(tmp_path):
         "bad = isinstance(component, (PolicyTrainer, int))\n"
     )
     assert endpoint_dispatch(tmp_path) == ["x.py:1 hasattr", "x.py:4 isinstance(..., (PolicyTrainer, int))"]
+
+
+# --- 7. Device kinds live in the device seam ------------------------------------------------------
+# heron.device is the one module that knows device kinds; the residency and cluster layers ask it
+# (pinned buffers, synchronisation, the collective backend, GPUs per bundle). Outside it, only
+# backends that are CUDA-specific by nature may name CUDA: the torch_memory_saver backend, the
+# vLLM server backend (its launch flags), and configs (the literal choices of run/cluster/engine.device).
+DEVICE_SEAM_EXEMPT = ("device.py", "residency/torch_memory_saver.py", "rollout/vllm/", "config/")
+
+
+def device_kind_uses(root: Path = ROOT) -> list[str]:
+    """``torch.cuda``/``.cuda()`` and the device-kind strings ``"cuda"``/``"cuda:N"`` (a comparison
+    or a device string; messages that name a config value like ``run.device=cuda`` are fine)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = str(path.relative_to(root))
+        if rel.startswith(DEVICE_SEAM_EXEMPT):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "cuda":
+                found.append(f"{rel}:{node.lineno} {ast.unparse(node)}")
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if node.value == "cuda" or node.value.startswith("cuda:"):
+                    found.append(f"{rel}:{node.lineno} {node.value!r}")
+    return sorted(found)
+
+
+def test_device_kinds_only_in_the_device_seam():
+    assert device_kind_uses() == []
+
+
+def test_the_device_check_catches_kinds(tmp_path):
+    (tmp_path / "x.py").write_text(
+        "import torch\nif device == 'cuda':\n    pass\nok = torch.cuda.is_available()\n"
+        "msg = 'run.device=cuda needs CUDA'\nt = torch.device('cuda:1')\n"
+    )
+    assert device_kind_uses(tmp_path) == ["x.py:2 'cuda'", "x.py:4 torch.cuda", "x.py:6 'cuda:1'"]

@@ -1,0 +1,183 @@
+"""The device seam: the one module that knows device kinds (``cpu``, ``cuda``).
+
+Every component gets a ``torch.device`` from here (``resolve``) and places its tensors with
+``place``/``to_device``; residency backends ask it whether host buffers are pinned, how to
+wait for queued copies and how to hand freed memory back; the cluster layer asks it for the
+collective backend and the GPUs a bundle needs. The rest of heron is device-generic: the CPU
+path and the CUDA path are the same code with another ``torch.device`` (on CPU every call
+below is the identity or a no-op, so a CPU run computes exactly what it did without the seam).
+``tests/unit/test_architecture.py`` fails if the string ``cuda`` appears anywhere else outside
+the residency and cluster backends.
+
+    device = resolve("auto")          # cuda:<current> when CUDA is available, else cpu
+    model = place(load_model(...), device)
+    batch = batch.to(device)          # records between stages stay on the host (HOST)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from heron.errors import UserError
+
+HOST = torch.device("cpu")
+"""Where records between stages, host snapshots and checkpoint staging live."""
+
+KINDS = ("auto", "cpu", "cuda")
+
+
+class DeviceError(UserError):
+    """A device was asked for that this machine (or cluster) does not have: one line, before compute."""
+
+
+def cuda_available() -> bool:
+    return torch.cuda.is_available()
+
+
+def resolve(kind: str) -> torch.device:
+    """``run.device`` / ``cluster.device`` -> a ``torch.device``: ``auto`` = CUDA when available,
+    else CPU; CUDA is the current CUDA device (``cuda:0`` in a Ray actor given one GPU)."""
+    if kind not in KINDS:
+        raise DeviceError(f"unknown device {kind!r}; use one of {', '.join(KINDS)}")
+    if kind == "auto":
+        kind = "cuda" if cuda_available() else "cpu"
+    if kind == "cpu":
+        return HOST
+    check_available(kind, "run.device")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def check_available(kind: str, key: str) -> None:
+    """Raises ``DeviceError`` naming ``key`` when ``kind`` is cuda and no CUDA device is visible."""
+    if kind == "cuda" and not cuda_available():
+        raise DeviceError(
+            f"{key}=cuda but this machine has no usable CUDA device (torch {torch.__version__}, "
+            f"torch.cuda.is_available() is False); use {key}=cpu or auto, or install a CUDA build of torch"
+        )
+
+
+def place(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """The module with its parameters and buffers on ``device`` (in place; a no-op when there)."""
+    return module.to(device)
+
+
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor`` on ``device`` (the same tensor object when already there)."""
+    return tensor.to(device, non_blocking=pins_host_memory(device))
+
+
+def to_host(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` on the host (the same tensor object when already there)."""
+    return tensor.to(HOST)
+
+
+def pins_host_memory(device: torch.device | str) -> bool:
+    """Whether host buffers that feed ``device`` are page-locked (CUDA: full-bandwidth async copies)."""
+    return torch.device(device).type == "cuda"
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Waits for the copies queued on ``device`` (no-op on CPU: its copies are synchronous)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def release_cached(device: torch.device | str) -> None:
+    """Returns the caching allocator's free blocks to the driver, so freed storages show as free
+    device memory (``mem_get_info``) for the component that wakes next. No-op on CPU."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def allocator_bytes(device: torch.device | str) -> dict[str, int] | None:
+    """``{"allocated", "reserved"}`` bytes of this process on ``device`` from the CUDA caching
+    allocator; None on CPU (which has no device allocator: callers use the residency backend's counts)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    return {"allocated": torch.cuda.memory_allocated(device), "reserved": torch.cuda.memory_reserved(device)}
+
+
+def free_device_bytes(device: torch.device | str) -> tuple[int, int] | None:
+    """(free, total) bytes of the whole device from the driver (``mem_get_info``); None on CPU."""
+    device = torch.device(device)
+    return torch.cuda.mem_get_info(device) if device.type == "cuda" else None
+
+
+def map_location(device: torch.device) -> Any:
+    """``torch.load``'s ``map_location`` for state read into components on ``device``: tensors
+    saved on any device (a CUDA run's checkpoint on a CPU machine and back) land on ``device``."""
+    return device
+
+
+def collective_backend(kind: str) -> str:
+    """torch.distributed backend of a process group whose tensors are on ``kind``: nccl on CUDA, gloo else."""
+    return "nccl" if kind == "cuda" else "gloo"
+
+
+def gpus_per_bundle(kind: str) -> int:
+    """GPUs a Ray placement bundle reserves for ``cluster.device=kind`` (one device per bundle)."""
+    return 1 if kind == "cuda" else 0
+
+
+def local_gpu_count() -> int:
+    """CUDA devices visible to this process (0 without CUDA)."""
+    return torch.cuda.device_count() if cuda_available() else 0
+
+
+def memory_backend_kind(device: torch.device | str, offload: bool) -> str:
+    """Which residency backend releases a component's memory on ``device``: ``keep`` (offload
+    off), ``torch_memory_saver`` (CUDA with the package installed: region-tagged pause/resume)
+    or ``host`` (host offload: pinned copies on CUDA, plain copies on CPU)."""
+    import importlib.util
+
+    if not offload:
+        return "keep"
+    if torch.device(device).type == "cuda" and importlib.util.find_spec("torch_memory_saver") is not None:
+        return "torch_memory_saver"
+    return "host"
+
+
+ACCELERATOR_RNG_KEY = "torch_cuda"
+"""The key of the accelerator's RNG states in a checkpoint's RNG record."""
+
+
+def accelerator_rng_state() -> dict:
+    """``{ACCELERATOR_RNG_KEY: [ByteTensor per device]}`` once CUDA is in use, else ``{}``."""
+    if cuda_available() and torch.cuda.is_initialized():
+        return {ACCELERATOR_RNG_KEY: torch.cuda.get_rng_state_all()}
+    return {}
+
+
+def restore_accelerator_rng_state(states: list[torch.Tensor]) -> None:
+    """Restores what ``accelerator_rng_state`` captured (ignored on a machine without CUDA: a
+    CUDA run resumed on CPU draws its CPU randomness from the CPU state, which is always restored)."""
+    if cuda_available():
+        torch.cuda.set_rng_state_all(states)
+
+
+def new_process_group(store, rank: int, size: int, timeout, device: torch.device):
+    """A process group on ``store`` whose collectives carry tensors on ``device``: NCCL on
+    CUDA (the CUDA device set as current first), gloo on CPU. ``timeout`` is a ``timedelta``."""
+    import torch.distributed as dist
+
+    if torch.device(device).type != "cuda":
+        return dist.ProcessGroupGloo(store, rank, size, timeout)
+    torch.cuda.set_device(device)
+    options = dist.ProcessGroupNCCL.Options()
+    options._timeout = timeout
+    return dist.ProcessGroupNCCL(store, rank, size, options)
+
+
+def reset_peak(device: torch.device | str) -> None:
+    """Starts a new peak of ``peak_allocated`` (no-op on CPU)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_allocated(device: torch.device | str) -> int | None:
+    """Most bytes the CUDA caching allocator had allocated since ``reset_peak``; None on CPU."""
+    device = torch.device(device)
+    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
