@@ -103,7 +103,7 @@ def build_components(cfg: HeronConfig, report: PreflightReport | None = None) ->
         cfg=cfg, tokenizer=tokenizer, sampler=data_source, generator=generator, engine=engine,
         scorer=reward_stage(cfg, scorer, generator, data_source),
         trainer=trainer, evaluator=EvalSuite(evaluators) if evaluators else None, hooks=hooks,
-        residency=residency, executor=executor,
+        residency=residency, executor=executor, data_metrics=report.data_metrics(),
     )
 
 

@@ -15,8 +15,12 @@ from heron.version import heron_version
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
+    from heron.config.reference import sections_help
+    from heron.config.root import HeronConfig
+
     p.add_argument("--config", help="YAML config file")
-    p.add_argument("overrides", nargs="*", help="key.sub=value overrides")
+    p.add_argument("overrides", nargs="*", help="key.sub=value overrides (every key: heron config)")
+    p.formatter_class, p.epilog = argparse.RawDescriptionHelpFormatter, sections_help(HeronConfig)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,7 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(sub.add_parser("train", help="RL training run"))
     _add_config_args(sub.add_parser("sft", help="supervised warm start; writes an HF folder"))
     _add_config_args(sub.add_parser("check", help="validate a config and its inputs, run nothing"))
-    sub.add_parser("config", help="print every config key with its default and meaning")
+    sub.add_parser("config", help="print every config key with its default and meaning").add_argument(
+        "substring", nargs="?", default="", help="only the keys that contain it, e.g. data. or clip"
+    )
     toy = sub.add_parser("toy", help="create the toy task data and a random toy model")
     toy.add_argument("--out", required=True, help="folder for data/ and toy-model/")
     demo = sub.add_parser("demo", help="toy model -> SFT warm start -> RL, end to end")
@@ -119,11 +125,10 @@ def cmd_check(args) -> int:
 
 
 def cmd_config(args) -> int:
-    from heron.config.base import field_docs
+    from heron.config.reference import config_lines
     from heron.config.root import HeronConfig
 
-    for key, text, default in field_docs(HeronConfig):
-        print(f"{key:32} {default!r:>14}  {text}")
+    print("\n".join(config_lines(HeronConfig, args.substring)))
     return 0
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from heron.algo.advantages import ADVANTAGE_ESTIMATORS
 from heron.cluster.executor import Executor
@@ -31,6 +31,7 @@ class Components:
     hooks: RunHooks
     residency: Coordinator  # sleep/wake of trainer and engine (in-process or per actor); metrics() per rollout
     executor: Executor  # where engine and trainer run; owns their shutdown
+    data_metrics: dict[str, float] = field(default_factory=dict)  # bad rows / long prompts left out (heron.data.metrics)
 
     def advantage_estimator(self):
         return self.hooks.advantage or ADVANTAGE_ESTIMATORS[self.cfg.algo.advantage]

@@ -142,6 +142,7 @@ class RLRun:
             "response/truncated_fraction": statistics.fmean(s.finish_reason == "length" for s in batch.samples),
             "staleness/max": max(batch.rollout_id - s.policy_version for s in batch.samples),
             **self.c.scorer.metrics(),
+            **self.c.data_metrics,
             **{f"train/{k}": v for k, v in train_metrics.items()},
             **eval_metrics,
             **{k: v for k, v in self.timings.items() if not k.startswith("_")},

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from heron.config.data import DataConfig
@@ -18,12 +18,15 @@ MAX_LOGGED_BAD_ROWS = 20
 @dataclass
 class PromptDataset:
     """The prompts of one file, each with where it is (``wheres[i]``: ``file:line`` or
-    ``file row N``); ``bad_rows`` names every skipped row (``data.on_bad_row=skip``)."""
+    ``file row N``); ``bad_rows`` names every skipped row (``data.on_bad_row=skip``) and
+    ``long_prompts`` every prompt dropped for its length (``data.on_long_prompt=drop``, filled
+    by heron.data.prompt_lengths)."""
 
     path: str
     prompts: list[Prompt]
     bad_rows: list[str]
     wheres: list[str]
+    long_prompts: list[str] = field(default_factory=list)
 
 
 def load_dataset(path: str | Path, cfg: DataConfig) -> PromptDataset:

@@ -10,9 +10,12 @@
 2. the input paths exist (model folder, data, eval sets);
 3. ``run.dir`` and the checkpoint folder are writable (heron.preflight.writable), before the
    model loads rather than at the first save;
-4. the model folder: config, weights, tokenizer (heron.preflight.model_folder);
-5. the data: rows parse, no empty prompts, ``rollout.stop`` entries are single tokens, every
-   prompt plus ``rollout.max_new_tokens`` fits the model's positions (heron.data.prompt_lengths);
+4. the model folder: config, weights, tokenizer (heron.preflight.model_folder), and that
+   ``data.max_prompt_tokens`` + ``rollout.max_new_tokens`` (and ``eval.max_new_tokens``) fit its
+   ``max_position_embeddings``, before any data is read;
+5. the data: rows parse, no empty prompts, ``rollout.stop`` entries are single tokens, no
+   prompt is over ``data.max_prompt_tokens`` and every prompt plus ``rollout.max_new_tokens``
+   fits the model's positions (heron.data.prompt_lengths);
 6. the eval sets, the same way with ``eval.max_new_tokens``.
 
 The datasets it loads are handed to the run (``PreflightReport``), so they are read and
@@ -31,6 +34,7 @@ from heron.config.base import ConfigError
 from heron.config.data import DataConfig
 from heron.config.root import HeronConfig
 from heron.data.dataset import PromptDataset, load_dataset
+from heron.data.metrics import data_metrics
 from heron.data.prompt_lengths import TokenBudget, check_prompt_lengths
 from heron.plugins.run_hooks import RunHooks, load_run_hooks
 from heron.preflight.extras import check_extras
@@ -53,6 +57,10 @@ class PreflightReport:
     eval_sets: dict[str, PromptDataset] = field(default_factory=dict)  # name -> set ("" = eval.path)
     lines: list[str] = field(default_factory=list)  # one per check, for `heron check`
 
+    def data_metrics(self) -> dict[str, float]:
+        """Bad rows skipped and long prompts dropped, per dataset (heron.data.metrics)."""
+        return data_metrics(self.train_data, self.eval_sets)
+
 
 def preflight(cfg: HeronConfig) -> PreflightReport:
     """The checks of ``heron train`` before anything heavy (see the module doc)."""
@@ -65,15 +73,19 @@ def preflight(cfg: HeronConfig) -> PreflightReport:
     if cfg.checkpoint.enabled:
         check_writable(cfg.checkpoint.folder(cfg.run.dir), "checkpoint.dir")
     data = _DataCheck(inspect_model_folder(cfg.model.path), cfg.data)
+    train_budget = data.budget(cfg.rollout.max_new_tokens, "rollout.max_new_tokens")
+    eval_budget = data.budget(cfg.eval.max_new_tokens, "eval.max_new_tokens")
+    for budget in [train_budget] + ([eval_budget] if cfg.eval.enabled else []):
+        budget.check_fits()  # max_prompt_tokens + max_new_tokens <= max_position_embeddings, before data loads
     data.formatter.stop_token_ids(cfg.rollout.stop)
     report = PreflightReport(hooks, data.model, data.formatter, None, lines=data.lines)
     if hooks.data_source is None:
-        report.train_data = data.check(load_dataset(cfg.data.path, cfg.data), cfg.rollout.max_new_tokens, "rollout.max_new_tokens")
+        report.train_data = data.check(load_dataset(cfg.data.path, cfg.data), train_budget)
     else:
         data.lines.append(f"data: from hooks.data_source {cfg.hooks.data_source!r} (not checked here)")
     if cfg.eval.enabled:
         for name, path in cfg.eval.named_paths.items():
-            report.eval_sets[name] = data.check(load_dataset(path, cfg.data), cfg.eval.max_new_tokens, "eval.max_new_tokens")
+            report.eval_sets[name] = data.check(load_dataset(path, cfg.data), eval_budget)
     if cfg.cluster.backend == "ray":  # a local Ray's size is known from the config (a joined one's later)
         check_local_ray_placeable(cfg.cluster, cfg.train.world_size, cfg.colocate)
     folders = [cfg.run.dir] + ([cfg.checkpoint.folder(cfg.run.dir)] if cfg.checkpoint.enabled else [])
@@ -95,7 +107,7 @@ def preflight_sft(cfg: HeronConfig, output: Path) -> tuple[ModelFolder, PromptFo
     data = _DataCheck(inspect_model_folder(cfg.model.path), cfg.data)
     dataset = load_dataset(path, cfg.data)
     answer_tokens = max(len(ids) for ids in data.formatter.tokenize([p.label for p in dataset.prompts])) + 1
-    return data.model, data.formatter, data.check(dataset, answer_tokens, "the longest label + eos")
+    return data.model, data.formatter, data.check(dataset, data.budget(answer_tokens, "the longest label + eos"))
 
 
 def _check_engine(cfg: HeronConfig) -> None:
@@ -124,21 +136,27 @@ class _DataCheck:
     def __init__(self, model: ModelFolder, cfg: DataConfig):
         self.model = model
         self.cfg = cfg
-        self.formatter = PromptFormatter(model.tokenizer, cfg.apply_chat_template)
+        self.formatter = PromptFormatter(model.tokenizer, cfg.apply_chat_template, cfg.system_prompt)
         positions = f"{model.max_positions} positions" if model.max_positions else "no max_position_embeddings"
         self.lines = [f"model: {model.path} ({model.model_type}, {positions}, vocabulary {len(model.tokenizer)})"]
 
-    def check(self, dataset: PromptDataset, new_tokens: int, key: str) -> PromptDataset:
-        """``dataset`` without the prompts that do not fit (``data.on_bad_row=skip``), or a ``DataError``."""
-        positions = self.model.max_positions
-        if positions is None:
+    def budget(self, new_tokens: int, key: str) -> TokenBudget:
+        return TokenBudget(self.model.max_positions, new_tokens, key, self.cfg.max_prompt_tokens)
+
+    def check(self, dataset: PromptDataset, budget: TokenBudget) -> PromptDataset:
+        """``dataset`` without the prompts that do not fit (``data.on_bad_row=skip``,
+        ``data.on_long_prompt=drop``), or a ``DataError``."""
+        if budget.limit is None:
             log.warning("model.path %s has no max_position_embeddings: prompt lengths are not checked", self.model.path)
             self.lines.append(f"data: {dataset.path}: {len(dataset.prompts)} prompts (lengths not checked)")
             return dataset
-        checked = check_prompt_lengths(dataset, self.formatter, TokenBudget(positions, new_tokens, key), self.cfg.on_bad_row)
-        skipped = len(checked.dataset.bad_rows)
+        checked = check_prompt_lengths(dataset, self.formatter, budget, self.cfg.on_bad_row, self.cfg.on_long_prompt).dataset
+        fit = f"{budget.max_positions} positions with {budget.new_tokens_key}={budget.max_new_tokens}" if budget.max_positions else ""
+        cap = f"data.max_prompt_tokens={budget.max_prompt_tokens}" if budget.max_prompt_tokens else ""
+        skipped, dropped = len(checked.bad_rows), len(checked.long_prompts)
         self.lines.append(
-            f"data: {dataset.path}: {len(checked.dataset.prompts)} prompts fit {positions} positions with {key}={new_tokens}"
+            f"data: {dataset.path}: {len(checked.prompts)} prompts fit {' and '.join(x for x in (cap, fit) if x)}"
             + (f"; {skipped} bad rows skipped" if skipped else "")
+            + (f"; {dropped} long prompts dropped" if dropped else "")
         )
-        return checked.dataset
+        return checked

@@ -214,11 +214,12 @@ def test_skip_drops_bad_rows_counts_them_and_hands_the_rest_to_the_run(config, t
     path = _long_prompt_file(tmp_path, 1200)
     with path.open("a") as f:
         f.write(json.dumps({"prompt": "", "label": "1"}) + "\n")
-    report = preflight(config(f"data.path={path}", "data.on_bad_row=skip"))
+    assert "data.on_long_prompt=drop" in _error(config(f"data.path={path}", "data.on_bad_row=skip"))
+    report = preflight(config(f"data.path={path}", "data.on_bad_row=skip", "data.on_long_prompt=drop"))
     dataset = report.train_data
     assert [p.prompt_id for p in dataset.prompts] == [0, 1, 2]  # ids are row indices, bad rows included
-    assert len(dataset.bad_rows) == 2
-    assert any("2 bad rows skipped" in line for line in report.lines)
+    assert len(dataset.bad_rows) == 1 and len(dataset.long_prompts) == 1
+    assert any("1 bad rows skipped; 1 long prompts dropped" in line for line in report.lines)
 
 
 def test_eval_sets_are_checked_with_eval_max_new_tokens(config, tmp_path):

@@ -86,17 +86,18 @@ def _dataset(texts: list[str]) -> PromptDataset:
 def test_short_prompts_are_never_tokenized_and_long_ones_are_measured(toy_model_dir):
     formatter = PromptFormatter(AutoTokenizer.from_pretrained(toy_model_dir))
     budget = TokenBudget(max_positions=256, max_new_tokens=16, new_tokens_key="rollout.max_new_tokens")
-    short = check_prompt_lengths(_dataset(["12+30="] * 1000), formatter, budget, "error")
+    short = check_prompt_lengths(_dataset(["12+30="] * 1000), formatter, budget, "error", "error")
     assert short.num_tokenized == 0 and len(short.dataset.prompts) == 1000
-    mixed = check_prompt_lengths(_dataset(["12+30="] * 10 + ["1+1=" * 59, "1+1=" * 61]), formatter, budget, "skip")
+    mixed = check_prompt_lengths(_dataset(["12+30="] * 10 + ["1+1=" * 59, "1+1=" * 61]), formatter, budget, "error", "drop")
     assert mixed.num_tokenized == 1  # 236 bytes cannot exceed 240 tokens; only the 244-byte one is measured
     assert [p.prompt_id for p in mixed.dataset.prompts] == list(range(11))
-    assert mixed.dataset.bad_rows == [
+    assert mixed.dataset.bad_rows == []  # too long is not malformed: counted apart (data/dropped_long_prompts)
+    assert mixed.dataset.long_prompts == [
         "d.jsonl:12: the prompt is 244 tokens; with rollout.max_new_tokens=16 it needs 260 positions but the model "
         "has 256 (max_position_embeddings); shorten it or lower rollout.max_new_tokens"
     ]
-    with pytest.raises(DataError, match=r"^d.jsonl:12: the prompt is 244 tokens.*\(or set data.on_bad_row=skip\)$"):
-        check_prompt_lengths(_dataset(["12+30="] * 10 + ["1+1=" * 59, "1+1=" * 61]), formatter, budget, "error")
+    with pytest.raises(DataError, match=r"^d.jsonl:12: the prompt is 244 tokens.*\(or set data.on_long_prompt=drop\)$"):
+        check_prompt_lengths(_dataset(["12+30="] * 10 + ["1+1=" * 59, "1+1=" * 61]), formatter, budget, "skip", "error")
 
 
 @pytest.mark.parametrize("chat", [False, True])
@@ -104,8 +105,8 @@ def test_the_fast_path_gives_the_verdict_of_tokenizing_everything(toy_model_dir,
     formatter = PromptFormatter(AutoTokenizer.from_pretrained(toy_model_dir), apply_chat_template=chat)
     texts = [("9+" * k) + "=" for k in range(100, 140)] + [t * 8 for t in HOSTILE if t.strip()]
     budget = TokenBudget(max_positions=256, max_new_tokens=8, new_tokens_key="rollout.max_new_tokens")
-    fast = check_prompt_lengths(_dataset(texts), formatter, budget, "skip")
+    fast = check_prompt_lengths(_dataset(texts), formatter, budget, "skip", "drop")
     monkeypatch.setattr(prompt_lengths, "tokens_per_byte", lambda tokenizer: None)
-    exact = check_prompt_lengths(_dataset(texts), formatter, budget, "skip")
+    exact = check_prompt_lengths(_dataset(texts), formatter, budget, "skip", "drop")
     assert exact.num_tokenized == len(texts) > fast.num_tokenized
-    assert fast.dataset == exact.dataset and 0 < len(fast.dataset.bad_rows) < len(texts)
+    assert fast.dataset == exact.dataset and 0 < len(fast.dataset.long_prompts) < len(texts)
