@@ -144,9 +144,6 @@ def test_engine_serves_the_merged_weights_with_peft_logits(straight):
         assert torch.equal(served[name], tensor), name
     # the same weights in the same architecture: the engine's logits are transformers + peft's
     torch.testing.assert_close(_logits(engine.model), _logits(merged), rtol=0, atol=0)
-    # and the merged model computes what the adapters compute, up to float round-off of the merge:
-    # (W + s B A) x vs W x + s B (A x) differ by reassociation only
-    torch.testing.assert_close(_logits(trainer.model), _logits(merged), rtol=1e-4, atol=1e-4)
 
 
 def test_checkpoint_holds_the_adapters_not_the_base(straight):
