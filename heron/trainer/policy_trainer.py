@@ -59,7 +59,7 @@ class PolicyTrainer(Resident):
         self.temperature = temperature
         self.reference = reference.eval().requires_grad_(False) if reference is not None else None
         # engines' weights from the trainer's state dict (LoRA: merged, heron.lora.engine_view)
-        self.engine_view = engine_view or (lambda state: state)
+        self._engine_view = engine_view or (lambda state: state)
         self.optimizer = torch.optim.AdamW(  # frozen parameters (LoRA's base weights) get no state
             trainable_parameters(model), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
         )
@@ -149,7 +149,7 @@ class PolicyTrainer(Resident):
     def _publish_weights(self) -> None:
         """Refreshes the host snapshot ``weights()`` hands out. Every operation that changes the
         weights or ``version`` (train, loading a checkpoint) must end with it."""
-        self._host_weights = self.engine_view(host_snapshot(self.model))
+        self._host_weights = self._engine_view(host_snapshot(self.model))
         self._host_weights_version = self.version
 
     def _optimizer_step(self, mini: TrainBatch, ref_logprobs: torch.Tensor | None, step: int) -> tuple[dict[str, float], bool]:
