@@ -50,6 +50,7 @@ def _add_ckpt_parser(sub) -> None:
     export = ckpt.add_parser("export-hf", help="write an HF folder (from_pretrained) from a checkpoint")
     export.add_argument("ckpt")
     export.add_argument("out")
+    export.add_argument("--adapter", action="store_true", help="a LoRA checkpoint's peft adapter folder instead of the merged model")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,7 +159,7 @@ def cmd_ckpt(args) -> int:
     else:
         from heron.checkpoint.export import export_checkpoint
 
-        print(f"wrote {export_checkpoint(args.ckpt, args.out)}")
+        print(f"wrote {export_checkpoint(args.ckpt, args.out, adapter=args.adapter)}")
     return 0
 
 

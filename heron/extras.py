@@ -25,6 +25,7 @@ EXTRAS = {
     "math": Extra("math", ("math_verify",), "math-verify"),
     "tracking": Extra("tracking", ("tensorboard",), "TensorBoard"),
     "vllm": Extra("vllm", ("requests",), "requests"),
+    "lora": Extra("lora", ("peft",), "peft"),
 }
 
 

@@ -47,6 +47,8 @@ def config_fingerprint(config_dict: dict) -> dict[str, Any]:
         for key in part.split("."):
             node = node.get(key, {}) if isinstance(node, dict) else {}
         _flatten(part, node, out)
+    if out.get("model.lora.enabled") is not True:  # no LoRA: as before model.lora existed, so older checkpoints resume
+        out = {k: v for k, v in out.items() if not k.startswith("model.lora.")}
     return {k: v for k, v in sorted(out.items()) if k not in RESUME_FREE}
 
 

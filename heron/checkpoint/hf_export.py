@@ -23,12 +23,15 @@ WEIGHTS = "model.safetensors"
 
 
 def write_model_meta(folder: Path, model: torch.nn.Module) -> None:
-    """Writes config and generation config of ``model`` (unwrapped from DDP) into ``folder``."""
+    """Writes config and generation config of ``model`` (unwrapped from DDP and peft) into ``folder``."""
     from torch.nn.parallel import DistributedDataParallel
     from transformers import PreTrainedModel
 
+    from heron.lora import unwrap
+
     if isinstance(model, DistributedDataParallel):
         model = model.module
+    model = unwrap(model)  # a LoRA policy: the base model's config
     if not isinstance(model, PreTrainedModel):
         return  # not an HF model: the checkpoint cannot be exported, everything else works
     folder = Path(folder)

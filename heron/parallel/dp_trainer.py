@@ -63,5 +63,5 @@ class DataParallelTrainer(PolicyTrainer):
         An all-gather, so it runs where every rank is anyway (end of ``train``, construction,
         checkpoint load) and ``weights()`` stays host-only: a colocated push never wakes a rank."""
         state = full_state_dict(self.model)  # collective; every rank must call
-        self._host_weights = host_snapshot_of(state) if dist.get_rank() == 0 else {}
+        self._host_weights = self._engine_view(host_snapshot_of(state)) if dist.get_rank() == 0 else {}
         self._host_weights_version = self.version

@@ -10,9 +10,10 @@
 2. the input paths exist (model folder, data, eval sets);
 3. ``run.dir`` and the checkpoint folder are writable (heron.preflight.writable), before the
    model loads rather than at the first save;
-4. the model folder: config, weights, tokenizer (heron.preflight.model_folder), and that
+4. the model folder: config, weights, tokenizer (heron.preflight.model_folder), that
    ``data.max_prompt_tokens`` + ``rollout.max_new_tokens`` (and ``eval.max_new_tokens``) fit its
-   ``max_position_embeddings``, before any data is read;
+   ``max_position_embeddings``, before any data is read, and that ``model.lora.target_modules``
+   names its linear layers (heron.preflight.lora_targets);
 5. the data: rows parse, no empty prompts, ``rollout.stop`` entries are single tokens, no
    prompt is over ``data.max_prompt_tokens`` and every prompt plus ``rollout.max_new_tokens``
    fits the model's positions (heron.data.prompt_lengths);
@@ -38,6 +39,7 @@ from heron.data.metrics import data_metrics
 from heron.data.prompt_lengths import TokenBudget, check_prompt_lengths
 from heron.plugins.run_hooks import RunHooks, load_run_hooks
 from heron.preflight.extras import check_extras
+from heron.preflight.lora_targets import check_lora_targets
 from heron.preflight.model_folder import ModelFolder, inspect_model_folder, require_config_file
 from heron.preflight.writable import check_writable
 from heron.rollout.prompt_format import PromptFormatter
@@ -77,6 +79,7 @@ def preflight(cfg: HeronConfig) -> PreflightReport:
     eval_budget = data.budget(cfg.eval.max_new_tokens, "eval.max_new_tokens")
     for budget in [train_budget] + ([eval_budget] if cfg.eval.enabled else []):
         budget.check_fits()  # max_prompt_tokens + max_new_tokens <= max_position_embeddings, before data loads
+    check_lora_targets(cfg.model)  # model.lora.target_modules are linear layers of this model
     data.formatter.stop_token_ids(cfg.rollout.stop)
     report = PreflightReport(hooks, data.model, data.formatter, None, lines=data.lines)
     if hooks.data_source is None:

@@ -18,3 +18,5 @@ def check_extras(cfg: HeronConfig) -> None:
         require_extra("vllm", "engine.kind=vllm")
     if cfg.tracking.tensorboard:
         require_extra("tracking", "tracking.tensorboard=true")
+    if cfg.model.lora.enabled:
+        require_extra("lora", "model.lora.enabled=true")

@@ -45,13 +45,15 @@ def build_trainer(
     """The policy trainer; ``parallelize(model) -> model`` (data parallelism, applied from
     outside by the cluster layer) runs before the optimizer is built."""
     from heron.device import place, resolve
+    from heron.lora import apply_lora, engine_view
     from heron.models import load_model
     from heron.plugins.loader import load_hook
 
     policy_loss = load_hook("policy_loss", spec.policy_loss) if spec.policy_loss else None
     objective = PolicyObjective(spec.algo, policy_loss=policy_loss, max_response_tokens=spec.max_response_tokens)
     device = resolve(spec.device)
-    model = place(load_model(spec.model.path, spec.model.dtype), device)
+    model = apply_lora(load_model(spec.model.path, spec.model.dtype), spec.model.lora)  # LoRA off: the model itself
+    model = place(model, device)
     # the reference serves the KL term of the loss or, with algo.kl_in_reward, of the reward (sequence_kl)
     reference = place(load_model(spec.model.path, spec.model.dtype), device) if spec.algo.kl_coef > 0 else None
     return trainer_cls(
@@ -61,4 +63,5 @@ def build_trainer(
         total_steps=spec.total_steps,
         temperature=spec.temperature,
         reference=reference,
+        engine_view=engine_view(spec.model.lora),
     )

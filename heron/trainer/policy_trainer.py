@@ -13,7 +13,7 @@ import logging
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
@@ -22,6 +22,7 @@ from heron.checkpoint.run_state import TrainerState
 from heron.checkpoint.shards import ModuleShards, SavedShards, ShardRequest
 from heron.config.train import TrainConfig
 from heron.device import to_host
+from heron.lora import trainable_parameters
 from heron.residency import Holdings, Resident, host_only, needs_device
 from heron.residency.snapshot import host_snapshot
 from heron.trainer.batch import TrainBatch
@@ -49,6 +50,7 @@ class PolicyTrainer(Resident):
         total_steps: int,
         temperature: float = 1.0,
         reference: torch.nn.Module | None = None,
+        engine_view: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None,
     ):
         if objective.needs_reference and reference is None:
             raise ValueError("the objective needs a reference model (algo.kl_coef > 0) but none was given")
@@ -57,8 +59,10 @@ class PolicyTrainer(Resident):
         self.objective = objective
         self.temperature = temperature
         self.reference = reference.eval().requires_grad_(False) if reference is not None else None
-        self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
+        # engines' weights from the trainer's state dict (LoRA: merged, heron.lora.engine_view)
+        self._engine_view = engine_view or (lambda state: state)
+        self.optimizer = torch.optim.AdamW(  # frozen parameters (LoRA's base weights) get no state
+            trainable_parameters(model), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
         )
         self.scheduler = build_scheduler(
             self.optimizer, warmup_steps=cfg.warmup_steps, total_steps=total_steps,
@@ -152,7 +156,7 @@ class PolicyTrainer(Resident):
     def _publish_weights(self) -> None:
         """Refreshes the host snapshot ``weights()`` hands out. Every operation that changes the
         weights or ``version`` (train, loading a checkpoint) must end with it."""
-        self._host_weights = host_snapshot(self.model)
+        self._host_weights = self._engine_view(host_snapshot(self.model))
         self._host_weights_version = self.version
 
     def _optimizer_step(self, mini: TrainBatch, ref_logprobs: torch.Tensor | None, step: int) -> tuple[dict[str, float], bool]:
@@ -218,7 +222,8 @@ class PolicyTrainer(Resident):
 
     @host_only
     def host_weights(self) -> dict[str, torch.Tensor]:
-        """The host snapshot of the current weights (every ``state_dict`` name). Read-only."""
+        """The host snapshot of the current weights (every ``state_dict`` name of the model
+        engines serve: with LoRA, the merged weights). Read-only."""
         if self._host_weights_version != self.version:
             raise RuntimeError(
                 f"the host snapshot of the weights is of version {self._host_weights_version} but the trainer is at "

@@ -1,0 +1,98 @@
+"""LoRA through ``peft``: the policy gets low-rank adapters, the base weights are frozen.
+
+For a target linear layer with base weight ``W: [out, in]``, peft adds ``A: [r, in]`` (Kaiming
+init) and ``B: [out, r]`` (zeros) and computes ``y = W x + (alpha / r) * B (A dropout(x))``.
+Only A and B require gradients, so the optimizer (built over trainable parameters), its state,
+the gradients and the checkpoint's DCP shards hold the adapters only; the base weights are the
+``model.path`` weights, loaded again on resume and export.
+
+Engines serve a plain model: ``merged_weights`` turns the trainer's state dict (peft names)
+into the HF state dict of ``W' = W + (B @ A) * (alpha / r)``, the same operations in the same
+order as peft's ``merge_and_unload`` (``get_delta_weight`` then ``W += delta``), so the merged
+weights are bit-identical to peft's.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+import torch
+
+from heron.config.lora import ALL_LINEAR, LoraConfig
+
+PEFT_PREFIX = "base_model.model."  # PeftModelForCausalLM -> LoraModel -> the HF model
+ADAPTER = "default"  # peft's adapter name
+
+
+def apply_lora(model: torch.nn.Module, cfg: LoraConfig) -> torch.nn.Module:
+    """``model`` with adapters on ``cfg.target_modules`` (a ``PeftModel``), or ``model`` itself
+    when LoRA is off. Adapter init draws from torch's RNG (seeded by the caller)."""
+    if not cfg.enabled:
+        return model
+    from peft import get_peft_model
+
+    return get_peft_model(model, peft_config(cfg))
+
+
+def peft_config(cfg: LoraConfig):
+    from peft import LoraConfig as PeftLoraConfig
+
+    targets = ALL_LINEAR if cfg.target_modules == [ALL_LINEAR] else list(cfg.target_modules)
+    return PeftLoraConfig(
+        r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=targets,
+        bias="none", task_type="CAUSAL_LM",
+    )
+
+
+def engine_view(cfg: LoraConfig) -> Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]:
+    """What engines load, from the trainer's state dict: the merged weights with LoRA, else the
+    state dict itself."""
+    if not cfg.enabled:
+        return _same
+    return lambda state: merged_weights(state, cfg.scaling)
+
+
+def _same(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return state
+
+
+@torch.no_grad()
+def merged_weights(state: dict[str, torch.Tensor], scaling: float) -> dict[str, torch.Tensor]:
+    """HF names -> tensors of the merged model, from a peft state dict (``base_model.model.``
+    names; ``<layer>.base_layer.weight``, ``<layer>.lora_A.default.weight``, ...). Untouched
+    tensors pass through as the same objects (tied weights stay tied)."""
+    merged: dict[str, torch.Tensor] = {}
+    for name, tensor in state.items():
+        name = name.removeprefix(PEFT_PREFIX)
+        if f".lora_A.{ADAPTER}." in name or f".lora_B.{ADAPTER}." in name:
+            continue
+        if ".base_layer." not in name:
+            merged[name] = tensor
+            continue
+        layer, leaf = name.split(".base_layer.")
+        if leaf != "weight":
+            merged[f"{layer}.{leaf}"] = tensor  # the bias: LoRA leaves it alone
+            continue
+        a = state[f"{PEFT_PREFIX}{layer}.lora_A.{ADAPTER}.weight"]  # [r, in]
+        b = state[f"{PEFT_PREFIX}{layer}.lora_B.{ADAPTER}.weight"]  # [out, r]
+        delta = (b @ a) * scaling  # [out, in]; peft: transpose(B @ A, fan_in_fan_out) * scaling
+        weight = tensor.clone()
+        weight += delta.to(weight.dtype)
+        merged[f"{layer}.weight"] = weight
+    return merged
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The HF model inside a ``PeftModel`` (its config is the base model's), else ``model``.
+    peft is imported only if already loaded: without it no model is a ``PeftModel``."""
+    peft = sys.modules.get("peft")
+    if peft is not None and isinstance(model, peft.PeftModel):
+        return model.get_base_model()
+    return model
+
+
+def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """What the optimizer holds: the parameters that require gradients (all of them without
+    LoRA; the adapters with it)."""
+    return [p for p in model.parameters() if p.requires_grad]
