@@ -26,6 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(sub.add_parser("train", help="RL training run"))
     _add_config_args(sub.add_parser("sft", help="supervised warm start; writes an HF folder"))
     _add_config_args(sub.add_parser("check", help="validate a config and its inputs, run nothing"))
+    evaluate = sub.add_parser("eval", help="evaluate a checkpoint or HF folder on the eval sets; appends to run.dir/eval.jsonl")
+    _add_config_args(evaluate)
+    evaluate.add_argument("--checkpoint", required=True, help="a heron checkpoint folder (rollout-NNNNNN) or an HF model folder")
     sub.add_parser("config", help="print every config key with its default and meaning")
     toy = sub.add_parser("toy", help="create the toy task data and a random toy model")
     toy.add_argument("--out", required=True, help="folder for data/ and toy-model/")
@@ -118,6 +121,14 @@ def cmd_check(args) -> int:
     return 0
 
 
+def cmd_eval(args) -> int:
+    from heron.eval_run import evaluate_checkpoint, summary
+
+    cfg = _load(args)
+    print(summary(evaluate_checkpoint(cfg, args.checkpoint), cfg.run.dir))
+    return 0
+
+
 def cmd_config(args) -> int:
     from heron.config.base import field_docs
     from heron.config.root import HeronConfig
@@ -158,7 +169,7 @@ def cmd_ckpt(args) -> int:
 
 
 COMMANDS = {
-    "train": cmd_train, "sft": cmd_sft, "check": cmd_check, "config": cmd_config,
+    "train": cmd_train, "sft": cmd_sft, "check": cmd_check, "eval": cmd_eval, "config": cmd_config,
     "toy": cmd_toy, "demo": cmd_demo, "ckpt": cmd_ckpt,
 }
 

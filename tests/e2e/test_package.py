@@ -22,11 +22,13 @@ import heron
 from tests import package_env
 
 REPO = Path(__file__).resolve().parents[2]
-EXTRA_MODULES = ["ray", "psutil", "datasets", "pyarrow", "math_verify", "tensorboard", "requests", "pytest"]
+EXTRA_MODULES = ["ray", "psutil", "datasets", "pyarrow", "math_verify", "tensorboard", "wandb", "mlflow", "requests", "pytest"]
 MISSING_EXTRAS = {  # override -> the extra its one-line error must name
     "cluster.backend=ray": "heron[ray]",
     "reward.fn=math": "heron[math]",
     "tracking.tensorboard=true": "heron[tracking]",
+    "tracking.wandb.enabled=true": "heron[tracking]",
+    "tracking.mlflow.enabled=true": "heron[tracking]",
     "data.path=rows.parquet": "heron[data]",
 }
 
@@ -73,7 +75,8 @@ def check_core_install(python: Path, work: Path) -> None:
     assert checked.stdout.startswith("config ok: 60 rollouts"), checked.stdout
 
     (work / "rows.parquet").write_bytes(b"")  # never read: the missing extra is found first
-    script = "import sys; from heron.cli import main; print([main([*sys.argv[1:-4], o]) for o in sys.argv[-4:]])"
+    n = len(MISSING_EXTRAS)
+    script = f"import sys; from heron.cli import main; print([main([*sys.argv[1:-{n}], o]) for o in sys.argv[-{n}:]])"
     failed = subprocess.run(  # the CLI's main once per override, in one process (one import of torch)
         [str(python), "-c", script, "check", *base, *MISSING_EXTRAS], cwd=work, env=env, capture_output=True, text=True, timeout=600
     )
