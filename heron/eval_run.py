@@ -144,5 +144,5 @@ def _append(path: Path, record: EvalRecord) -> None:
 
 
 def summary(record: EvalRecord, run_dir: str) -> str:
-    shown = ", ".join(f"{k[5:]}={v:.3f}" for k, v in record.metrics.items() if k.endswith(("accuracy",)) or "@" in k)
+    shown = ", ".join(f"{k[5:]}={v:.3f}" for k, v in record.metrics.items() if k.endswith("accuracy") or "@" in k)
     return f"eval of {record.checkpoint}: {shown} -> {Path(run_dir) / 'eval.jsonl'}"

@@ -34,8 +34,8 @@ class MlflowConfig:
 
     enabled: bool = doc("Also log to MLflow.", False)
     tracking_uri: str = doc(
-        "MLflow tracking URI: http(s)://host:port, a local folder or sqlite:///file.db; empty = "
-        "MLFLOW_TRACKING_URI, else <run.dir>/mlruns.", ""
+        "MLflow tracking URI: a server (http://host:port) or a store (sqlite:///file.db); empty = "
+        "MLFLOW_TRACKING_URI, else sqlite:///<run.dir>/mlflow.db.", ""
     )
     experiment: str = doc("MLflow experiment name (created if missing).", "heron")
     run_name: str = doc("MLflow run name; empty = the name of run.dir.", "")

@@ -2,7 +2,7 @@
 ``section.key`` names), the metrics of each rollout and each eval as one batch at step =
 rollout_id (the first eval at -1), and the reward curve as an artifact at the end.
 
-The store is ``tracking.mlflow.tracking_uri`` (a server, a folder, ``sqlite:///...``), else
+The store is ``tracking.mlflow.tracking_uri`` (a server, ``sqlite:///...``), else
 MLFLOW_TRACKING_URI, else ``sqlite:///<run.dir>/mlflow.db`` with artifacts in
 run.dir/mlartifacts. A resumed run continues the same MLflow run (its id from
 run.dir/trackers.json). Requests to a server are bounded: MLflow reads its HTTP timeout and
