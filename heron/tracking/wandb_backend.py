@@ -29,7 +29,8 @@ class WandbBackend:
         self.run = wandb.init(
             project=cfg.project, entity=cfg.entity or None, name=cfg.name or Path(run_dir).resolve().name,
             group=cfg.group or None, tags=list(cfg.tags) or None, mode=cfg.mode, dir=str(run_dir),
-            config=run_config, id=previous.run_id if previous else None, resume="allow", settings=settings,
+            config=run_config if previous is None else None,  # once: a resumed W&B run has it already
+            id=previous.run_id if previous else None, resume="allow", settings=settings,
         )
         self.run_id = self.run.id
         self.run.define_metric("rollout_id")

@@ -122,6 +122,7 @@ def test_a_resumed_run_continues_each_tracker_without_sending_a_rollout_twice(co
 
     first, second = tf.wandb_offline_runs(run_dir)
     assert first.stem == second.stem, "the resumed run reopens the same W&B run id"
+    assert tf.wandb_run_config(first)["rollout"]["num_rollouts"] == 4 and "rollout" not in tf.wandb_run_config(second)
     rows = [r for f in (first, second) for r in tf.wandb_history(f)]
     assert [r["rollout_id"] for r in rows if "reward/mean" in r] == [0, 1, 2, 3]
     assert [r["rollout_id"] for r in rows if "eval/accuracy" in r] == [-1, 1, 3]
