@@ -18,7 +18,7 @@ from heron.components import Components
 from heron.config.residency import resolve_offload
 from heron.config.root import HeronConfig
 from heron.data.source import PromptDataSource
-from heron.evaluator import EvalSuite, Evaluator
+from heron.evaluator import build_eval_suite
 from heron.plugins.hooks import DataSource
 from heron.preflight import PreflightReport, preflight
 from heron.residency.wiring import ResidencySettings
@@ -90,10 +90,6 @@ def build_components(cfg: HeronConfig, report: PreflightReport | None = None) ->
             engine.close()  # a server engine stops its server
         executor.close()
         raise
-    evaluators = [
-        Evaluator(prompts[: cfg.eval.max_prompts or None], formatter, scorer, cfg.eval.max_new_tokens, name=name)
-        for name, prompts in eval_sets.items()
-    ]
     generator = RolloutGenerator(
         engine, formatter, cfg.rollout, cfg.run.seed, custom=hooks.custom_generate(cfg.hooks), hook_args=cfg.hooks.args
     )
@@ -102,7 +98,7 @@ def build_components(cfg: HeronConfig, report: PreflightReport | None = None) ->
     return Components(
         cfg=cfg, tokenizer=tokenizer, sampler=data_source, generator=generator, engine=engine,
         scorer=reward_stage(cfg, scorer, generator, data_source),
-        trainer=trainer, evaluator=EvalSuite(evaluators) if evaluators else None, hooks=hooks,
+        trainer=trainer, evaluator=build_eval_suite(cfg.eval, cfg.run.seed, eval_sets, formatter, scorer), hooks=hooks,
         residency=residency, executor=executor, data_metrics=report.data_metrics(),
     )
 

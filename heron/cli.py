@@ -30,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(sub.add_parser("train", help="RL training run"))
     _add_config_args(sub.add_parser("sft", help="supervised warm start; writes an HF folder"))
     _add_config_args(sub.add_parser("check", help="validate a config and its inputs, run nothing"))
+    evaluate = sub.add_parser("eval", help="evaluate a checkpoint or HF folder on the eval sets; appends to run.dir/eval.jsonl")
+    _add_config_args(evaluate)
+    evaluate.add_argument("--checkpoint", required=True, help="a heron checkpoint folder (rollout-NNNNNN) or an HF model folder")
     sub.add_parser("config", help="print every config key with its default and meaning").add_argument(
         "substring", nargs="?", default="", help="only the keys that contain it, e.g. data. or clip"
     )
@@ -125,6 +128,14 @@ def cmd_check(args) -> int:
     return 0
 
 
+def cmd_eval(args) -> int:
+    from heron.eval_run import evaluate_checkpoint, summary
+
+    cfg = _load(args)
+    print(summary(evaluate_checkpoint(cfg, args.checkpoint), cfg.run.dir))
+    return 0
+
+
 def cmd_config(args) -> int:
     from heron.config.reference import config_lines
     from heron.config.root import HeronConfig
@@ -164,7 +175,7 @@ def cmd_ckpt(args) -> int:
 
 
 COMMANDS = {
-    "train": cmd_train, "sft": cmd_sft, "check": cmd_check, "config": cmd_config,
+    "train": cmd_train, "sft": cmd_sft, "check": cmd_check, "eval": cmd_eval, "config": cmd_config,
     "toy": cmd_toy, "demo": cmd_demo, "ckpt": cmd_ckpt,
 }
 

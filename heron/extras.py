@@ -23,7 +23,7 @@ EXTRAS = {
     "ray": Extra("ray", ("ray", "psutil"), "Ray"),
     "data": Extra("data", ("datasets", "pyarrow"), "datasets and pyarrow"),
     "math": Extra("math", ("math_verify",), "math-verify"),
-    "tracking": Extra("tracking", ("tensorboard",), "TensorBoard"),
+    "tracking": Extra("tracking", ("tensorboard", "wandb", "mlflow", "sqlalchemy", "alembic"), "the trackers"),
     "vllm": Extra("vllm", ("requests",), "requests"),
     "lora": Extra("lora", ("peft",), "peft"),
 }
@@ -40,12 +40,14 @@ def installed(module: str) -> bool:
         return False
 
 
-def require_extra(extra: str, feature: str) -> None:
+def require_extra(extra: str, feature: str, modules: tuple[str, ...] = (), what: str = "") -> None:
     """Raises ``MissingExtraError`` naming ``feature`` (e.g. ``cluster.backend=ray``) when a module
-    of ``EXTRAS[extra]`` is not installed."""
+    of ``EXTRAS[extra]`` is not installed; ``modules`` (and ``what``) narrow it to the ones this
+    feature imports (``tracking.wandb`` needs wandb, not TensorBoard)."""
     spec = EXTRAS[extra]
-    missing = [m for m in spec.modules if not installed(m)]
+    assert set(modules) <= set(spec.modules), f"heron[{extra}] does not install {modules}"
+    missing = [m for m in modules or spec.modules if not installed(m)]
     if missing:
         raise MissingExtraError(
-            f"{feature} needs {spec.what} (no module {', '.join(map(repr, missing))}): pip install 'heron[{spec.name}]'"
+            f"{feature} needs {what or spec.what} (no module {', '.join(map(repr, missing))}): pip install 'heron[{spec.name}]'"
         )

@@ -44,7 +44,7 @@ class RLRun:
             if self.start_rollout > 0:
                 self.push_weights()  # the engine serves the restored policy, through the one push path
             _write_config(cfg, self.run_dir / "config.yaml")
-            self.tracker = Tracker(cfg.tracking, self.run_dir, self.start_rollout, cfg.rollout.num_rollouts)
+            self.tracker = Tracker(cfg.tracking, self.run_dir, self.start_rollout, cfg.rollout.num_rollouts, to_dict(cfg))
             self._release = undo.pop_all()
 
     def __enter__(self) -> "RLRun":

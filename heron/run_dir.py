@@ -24,7 +24,7 @@ from heron.folder_lock import FolderLock
 from heron.errors import UserError
 
 log = logging.getLogger("heron.run_dir")
-EARLIER_LOGS = ("metrics.jsonl", "eval.jsonl", "config.yaml", "reward_curve.png", "tb")
+EARLIER_LOGS = ("metrics.jsonl", "eval.jsonl", "config.yaml", "reward_curve.png", "tb", "trackers.json")
 RECORDS = ("metrics.jsonl", "eval.jsonl")
 
 

@@ -17,3 +17,16 @@ def toy_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     corpus = [p.text + p.label for p in make_prompts(2000, seed=0, max_digits=3)]
     return create_toy_model(tmp_path_factory.mktemp("toy_model"), corpus, ToyModelSpec())
+
+
+@pytest.fixture(scope="session")
+def addition_data(tmp_path_factory) -> dict[str, Path]:
+    """Addition prompts as JSONL: 64 train, 6 test and 5 three-digit (hard) ones."""
+    from heron.toy.addition import make_prompts, write_jsonl
+
+    folder = tmp_path_factory.mktemp("addition")
+    paths = {"train": folder / "train.jsonl", "test": folder / "test.jsonl", "hard": folder / "hard.jsonl"}
+    write_jsonl(make_prompts(64, seed=0, max_digits=2), paths["train"])
+    write_jsonl(make_prompts(6, seed=1, max_digits=2), paths["test"])
+    write_jsonl(make_prompts(5, seed=2, max_digits=3), paths["hard"])
+    return paths

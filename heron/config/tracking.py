@@ -1,15 +1,61 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
-from heron.config.base import doc
+from heron.config.base import check, doc
+
+
+@dataclass(frozen=True)
+class WandbConfig:
+    """Weights & Biases (``heron[tracking]``): the run config once, metrics per rollout, eval per
+    set, the reward curve as an artifact. Offline mode writes under run.dir/wandb (``wandb sync``
+    uploads it later). A W&B failure (no key, no network) warns once and the run goes on."""
+
+    enabled: bool = doc("Also log to Weights & Biases.", False)
+    project: str = doc("W&B project.", "heron")
+    entity: str = doc("W&B entity (user or team); empty = your default entity.", "")
+    name: str = doc("W&B run name; empty = the name of run.dir.", "")
+    group: str = doc("W&B run group; empty = none.", "")
+    tags: list[str] = doc("W&B run tags.", factory=list)
+    mode: Literal["online", "offline"] = doc("online: stream to the W&B server; offline: files under run.dir/wandb only.", "online")
+    init_timeout_s: float = doc("Deadline for wandb.init to reach the server, in seconds (then a warning, no W&B).", 30.0)
+
+    def __post_init__(self):
+        check(self.project != "", "tracking.wandb.project must not be empty")
+        check(self.init_timeout_s > 0, f"tracking.wandb.init_timeout_s must be > 0, got {self.init_timeout_s}")
+
+
+@dataclass(frozen=True)
+class MlflowConfig:
+    """MLflow (``heron[tracking]``): the run config as params once, metrics per rollout, eval per
+    set, the reward curve as an artifact. A failing store (unreachable server, bad credentials)
+    warns once and the run goes on."""
+
+    enabled: bool = doc("Also log to MLflow.", False)
+    tracking_uri: str = doc(
+        "MLflow tracking URI: a server (http://host:port) or a store (sqlite:///file.db); empty = "
+        "MLFLOW_TRACKING_URI, else sqlite:///<run.dir>/mlflow.db.", ""
+    )
+    experiment: str = doc("MLflow experiment name (created if missing).", "heron")
+    run_name: str = doc("MLflow run name; empty = the name of run.dir.", "")
+    request_timeout_s: float = doc("Deadline of one request to an MLflow server, in seconds.", 10.0)
+    max_retries: int = doc("Retries of a failed request to an MLflow server (each within request_timeout_s).", 1)
+
+    def __post_init__(self):
+        check(self.experiment != "", "tracking.mlflow.experiment must not be empty")
+        check(self.request_timeout_s > 0, f"tracking.mlflow.request_timeout_s must be > 0, got {self.request_timeout_s}")
+        check(self.max_retries >= 0, f"tracking.mlflow.max_retries must be >= 0, got {self.max_retries}")
 
 
 @dataclass(frozen=True)
 class TrackingConfig:
-    """What the user sees: progress bar, per-rollout summary, metrics file, plots."""
+    """What the user sees: progress bar, per-rollout summary, metrics file, plots, and the
+    optional trackers (TensorBoard, W&B, MLflow) beside metrics.jsonl, which is always written."""
 
     progress: bool = doc("Show a progress bar over rollouts.", True)
     summary: bool = doc("Print a one-line summary per rollout.", True)
     plot: bool = doc("Write reward_curve.png into run.dir at the end.", True)
     tensorboard: bool = doc("Also write TensorBoard event files into run.dir/tb.", False)
+    wandb: WandbConfig = doc("Weights & Biases.", factory=WandbConfig)
+    mlflow: MlflowConfig = doc("MLflow.", factory=MlflowConfig)

@@ -2,8 +2,9 @@
 
 ``heron train`` (through ``build_components``) and ``heron check`` run the same
 ``preflight(cfg)``, so ``check`` says "ok" exactly when ``train`` would get past its start-up;
-``heron sft`` runs ``preflight_sft(cfg)``, the subset it needs. In order, each raising the first
-``UserError`` it finds (one line; the CLI exits 2):
+``heron sft`` runs ``preflight_sft(cfg)``, the subset it needs, and ``heron eval``
+``preflight_eval(cfg, model)`` (``check_eval_inputs`` before the checkpoint is exported). In
+order, each raising the first ``UserError`` it finds (one line; the CLI exits 2):
 
 1. the config (already validated when it was loaded), the hooks it names (loaded, signatures
    checked) and the optional packages its features need (heron.preflight.extras);
@@ -111,6 +112,30 @@ def preflight_sft(cfg: HeronConfig, output: Path) -> tuple[ModelFolder, PromptFo
     dataset = load_dataset(path, cfg.data)
     answer_tokens = max(len(ids) for ids in data.formatter.tokenize([p.label for p in dataset.prompts])) + 1
     return data.model, data.formatter, data.check(dataset, data.budget(answer_tokens, "the longest label + eos"))
+
+
+def check_eval_inputs(cfg: HeronConfig) -> RunHooks:
+    """What ``heron eval`` checks before it reads a model: eval sets named and present, hooks,
+    extras, engine."""
+    if not cfg.eval.named_paths:
+        raise ConfigError("heron eval needs an eval set: set eval.path=<file> or eval.sets.<name>=<file>")
+    hooks = load_run_hooks(cfg.hooks, cfg.reward)
+    check_extras(cfg)
+    _check_engine(cfg)
+    for name, path in cfg.eval.named_paths.items():
+        _check_exists(f"eval.sets.{name}" if name else "eval.path", path)
+    return hooks
+
+
+def preflight_eval(cfg: HeronConfig, model_path: str) -> PreflightReport:
+    """The checks of ``heron eval`` on the model folder ``model_path`` (the checkpoint's export,
+    or an HF folder): ``check_eval_inputs``, then the eval sets' rows and prompt lengths."""
+    hooks = check_eval_inputs(cfg)
+    data = _DataCheck(inspect_model_folder(model_path), cfg.data)
+    report = PreflightReport(hooks, data.model, data.formatter, None, lines=data.lines)
+    for name, path in cfg.eval.named_paths.items():
+        report.eval_sets[name] = data.check(load_dataset(path, cfg.data), cfg.eval.max_new_tokens, "eval.max_new_tokens")
+    return report
 
 
 def _check_engine(cfg: HeronConfig) -> None:

@@ -17,6 +17,10 @@ def check_extras(cfg: HeronConfig) -> None:
     if cfg.engine.kind == "vllm":
         require_extra("vllm", "engine.kind=vllm")
     if cfg.tracking.tensorboard:
-        require_extra("tracking", "tracking.tensorboard=true")
+        require_extra("tracking", "tracking.tensorboard=true", ("tensorboard",), "TensorBoard")
+    if cfg.tracking.wandb.enabled:
+        require_extra("tracking", "tracking.wandb.enabled=true", ("wandb",), "wandb")
+    if cfg.tracking.mlflow.enabled:
+        require_extra("tracking", "tracking.mlflow.enabled=true", ("mlflow", "sqlalchemy", "alembic"), "MLflow")
     if cfg.model.lora.enabled:
         require_extra("lora", "model.lora.enabled=true")

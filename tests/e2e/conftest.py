@@ -2,21 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
-from heron.toy.addition import make_prompts, write_jsonl
-
-
-@pytest.fixture(scope="session")
-def addition_data(tmp_path_factory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("addition")
-    paths = {"train": folder / "train.jsonl", "test": folder / "test.jsonl", "hard": folder / "hard.jsonl"}
-    write_jsonl(make_prompts(64, seed=0, max_digits=2), paths["train"])
-    write_jsonl(make_prompts(6, seed=1, max_digits=2), paths["test"])
-    write_jsonl(make_prompts(5, seed=2, max_digits=3), paths["hard"])
-    return paths
 
 
 @pytest.fixture

@@ -22,11 +22,13 @@ import heron
 from tests import package_env
 
 REPO = Path(__file__).resolve().parents[2]
-EXTRA_MODULES = ["ray", "psutil", "datasets", "pyarrow", "math_verify", "tensorboard", "requests", "peft", "pytest"]
+EXTRA_MODULES = ["ray", "psutil", "datasets", "pyarrow", "math_verify", "tensorboard", "wandb", "mlflow", "requests", "peft", "pytest"]
 MISSING_EXTRAS = {  # override -> the extra its one-line error must name
     "cluster.backend=ray": "heron[ray]",
     "reward.fn=math": "heron[math]",
     "tracking.tensorboard=true": "heron[tracking]",
+    "tracking.wandb.enabled=true": "heron[tracking]",
+    "tracking.mlflow.enabled=true": "heron[tracking]",
     "data.path=rows.parquet": "heron[data]",
     "model.lora.enabled=true": "heron[lora]",
 }

@@ -79,6 +79,7 @@ EXPECTED_CLI = {
     "train": ["--config"],
     "sft": ["--config"],
     "check": ["--config"],
+    "eval": ["--checkpoint", "--config"],
     "config": [],
     "toy": ["--out"],
     "demo": ["--config", "--run-dir"],
