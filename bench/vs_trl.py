@@ -3,7 +3,9 @@
 Both sides train the same local model folder (Qwen3 architecture, random weights, the toy
 tokenizer) on the same prompts (2-digit addition, plain text) with the same exact-match reward:
 ``PROMPTS`` prompts x ``SAMPLES`` samples x at most ``NEW_TOKENS`` new tokens per rollout, one
-optimizer step per rollout, ``NUM_STEPS`` steps, temperature 1, no KL term, fp32, 2 threads.
+optimizer step per rollout, ``NUM_STEPS`` steps, temperature 1, no KL term, fp32,
+``OMP_NUM_THREADS`` threads each (default 2; on a machine loaded far beyond its cores, 1: two
+OpenMP threads per process then slowed both sides ~10x in one measurement).
 Each run is a fresh process (heron: ``heron train``; TRL: bench/trl_grpo_peer.py in .venv-trl),
 and runs alternate heron/TRL, then TRL/heron, so both share the machine's noise. A step's time
 is the wall time of one rollout: generation, reward, training step (heron: ``time/rollout_s``;
@@ -59,6 +61,13 @@ def trl_python(create: bool) -> Path | None:
     return python
 
 
+def _run(command: list[str]) -> None:
+    """Runs one side's process quietly; on failure raises with the tail of its output."""
+    done = subprocess.run(command, env=_env(), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{command[1]} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
+
+
 def _env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
             "TOKENIZERS_PARALLELISM": "false", "RAY_AUTH_MODE": "disabled"}
@@ -72,8 +81,7 @@ def heron_steps(model_dir: Path, data: Path, run_dir: Path) -> list[float]:
         "train.steps_per_rollout=1", f"train.micro_batch_size={PROMPTS * SAMPLES}", f"train.lr={LR}",
         "eval.interval=0", "checkpoint.enabled=false",
     ]
-    subprocess.run([str(REPO / ".venv" / "bin" / "heron"), "train", *overrides], check=True, env=_env(),
-                   stdout=subprocess.DEVNULL)
+    _run([str(REPO / ".venv" / "bin" / "heron"), "train", *overrides])
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [r["time/rollout_s"] for r in records]
 
@@ -81,8 +89,7 @@ def heron_steps(model_dir: Path, data: Path, run_dir: Path) -> list[float]:
 def trl_steps(python: Path, model_dir: Path, data: Path, out: Path) -> list[float]:
     """One fresh TRL GRPOTrainer run (bench/trl_grpo_peer.py) -> wall seconds of each step."""
     args = [str(model_dir), str(data), str(out), NUM_STEPS, PROMPTS, SAMPLES, NEW_TOKENS, LR]
-    subprocess.run([str(python), str(REPO / "bench" / "trl_grpo_peer.py"), *map(str, args)], check=True, env=_env(),
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _run([str(python), str(REPO / "bench" / "trl_grpo_peer.py"), *map(str, args)])
     return json.loads(out.read_text())["step_s"]
 
 
