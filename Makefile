@@ -44,8 +44,10 @@ soak: $(STAMP)
 	  tests/integration/test_checkpoint_resume.py::test_sigkilled_training_resumes_exactly_with_load_auto \
 	  tests/integration/test_checkpoint_crash.py::test_sigkill_during_saves_many_trials
 
+# VS_TRL_FLAGS=--no-venv skips the TRL side when .venv-trl is missing (CI); the default creates it (~2 min).
 bench: $(STAMP)
-	for b in bench/engine.py bench/old_logprobs.py bench/residency.py bench/checkpoint.py bench/async.py bench/colocated_ray.py; do $(BIN)/python $$b || exit 1; done
+	for b in bench/engine.py bench/old_logprobs.py bench/residency.py bench/checkpoint.py bench/async.py bench/colocated_ray.py bench/throughput.py; do $(BIN)/python $$b || exit 1; done
+	$(BIN)/python bench/vs_trl.py $(VS_TRL_FLAGS)
 
 # The vLLM rollout server's own venv (vLLM pins transformers<5.20; heron's venv cannot hold it).
 # ~3.5 GB, several minutes. Its install brings torchvision/torchaudio/torchcodec builds that fail

@@ -6,8 +6,15 @@ stop: the engines get no stop tokens, generate gets ``min_new_tokens``), so all 
 token count. Runs are interleaved to share machine noise; repeat 0 is a warm-up. vLLM's start-up
 time (launch to healthy, weights loaded) is reported on its own line, not in its tokens/s. The
 vLLM column needs ``.venv-vllm`` (``make vllm-venv``); without it the bench says so and skips it.
-The last lines are ``engine: tokens_per_s_vs_generate=<embedded / generate>`` and
-``vllm: tokens_per_s_vs_generate=<vllm / generate>`` (> 1 means faster than generate).
+A second, GRPO-shaped case decodes ``NUM_GROUPS`` prompts x ``GROUP_SIZE`` samples with stop
+tokens (``STOP``, ~1/16 of the vocabulary, so rows end at many different steps), the work heron's
+rollouts do: the engine prefills each prompt once and drops finished rows (issue 14.4); generate
+gets the prompts repeated (``num_return_sequences`` does the same) and the stop tokens as
+``eos_token_id``. Lengths differ between the two (each samples its own tokens from the same
+model), so this case compares samples/s; ``engine_every_row`` is the same engine with both
+off (the decode loop before issue 14). The last lines are
+``engine: tokens_per_s_vs_generate=<embedded / generate>``, ``vllm: ...`` when it ran, and
+``engine_grpo: samples_per_s_vs_generate=<embedded / generate>`` (> 1 means faster than generate).
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/engine.py
 """
@@ -36,6 +43,8 @@ from heron.toy.model import ToyModelSpec, create_toy_model  # noqa: E402
 BATCH_SIZE = 32
 NUM_NEW_TOKENS = 64
 NUM_REPEATS = 5
+NUM_GROUPS, GROUP_SIZE, GROUP_NEW_TOKENS = 8, 4, 32
+STOP = tuple(range(3, 35))
 SPEC = ToyModelSpec(hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=768)
 
 
@@ -52,16 +61,17 @@ def _vllm_engine(model_dir: Path, run_dir: Path):
     return build_engine(engine_spec(cfg, pad_token_id=0))
 
 
-def _timed_rates(runs: dict, expected_tokens: int) -> dict[str, list[float]]:
+def _timed_rates(runs: dict, expected_tokens: int | None) -> dict[str, list[float]]:
+    """Per run: work units (tokens, or samples when ``expected_tokens`` is None) per second."""
     rates: dict[str, list[float]] = {name: [] for name in runs}
     for repeat in range(NUM_REPEATS + 1):  # repeat 0 is the warm-up
         for name, run in runs.items():
             start = time.perf_counter()
-            num_tokens = run()
+            num_units = run()
             elapsed = time.perf_counter() - start
-            assert num_tokens == expected_tokens, (name, num_tokens)
+            assert expected_tokens is None or num_units == expected_tokens, (name, num_units)
             if repeat:
-                rates[name].append(num_tokens / elapsed)
+                rates[name].append(num_units / elapsed)
     return rates
 
 
@@ -78,6 +88,7 @@ def main() -> None:
         vllm = _vllm_engine(model_dir, Path(tmp) / "run")
         try:
             _bench(engine, vllm, tokenizer, prompts)
+            _bench_groups(engine, tokenizer, make_prompts(NUM_GROUPS, seed=2, max_digits=3))
         finally:
             if vllm is not None:
                 vllm.close()
@@ -114,6 +125,40 @@ def _bench(engine: EmbeddedEngine, vllm, tokenizer, prompts) -> None:
     print(f"engine: tokens_per_s_vs_generate={statistics.median(rates['engine']) / generate:.2f}")
     if vllm is not None:
         print(f"vllm: tokens_per_s_vs_generate={statistics.median(rates['vllm']) / generate:.2f}")
+
+
+def _bench_groups(engine: EmbeddedEngine, tokenizer, prompts) -> None:
+    """The GRPO-shaped case: NUM_GROUPS prompts x GROUP_SIZE samples, stop tokens -> samples/s."""
+    texts = [p.text for p in prompts for _ in range(GROUP_SIZE)]
+    requests = [
+        GenerationRequest(tokenizer(t)["input_ids"],
+                          SamplingParams(max_new_tokens=GROUP_NEW_TOKENS, stop_token_ids=STOP, seed=i))
+        for i, t in enumerate(texts)
+    ]
+    hf_inputs = tokenizer(texts, return_tensors="pt", padding=True)
+
+    def run_generate() -> int:
+        with torch.inference_mode():
+            out = engine.model.generate(
+                **hf_inputs, do_sample=True, use_cache=True, top_p=1.0, top_k=0, max_new_tokens=GROUP_NEW_TOKENS,
+                eos_token_id=list(STOP), pad_token_id=engine.pad_token_id,
+            )
+        return out.shape[0]
+
+    plain = EmbeddedEngine(engine.model, pad_token_id=engine.pad_token_id, share_prompts=False, drop_finished=False)
+    runs = {"engine": lambda: len(engine.generate(requests)), "engine_every_row": lambda: len(plain.generate(requests)),
+            "generate": run_generate}
+    rates = _timed_rates(runs, None)
+    lengths = [len(g.tokens) for g in engine.generate(requests)]
+    print(f"grpo batch: {NUM_GROUPS} prompts x {GROUP_SIZE} samples, <= {GROUP_NEW_TOKENS} new tokens, "
+          f"{len(STOP)} stop tokens (engine mean length {statistics.fmean(lengths):.1f}, max {max(lengths)})")
+    for name, values in rates.items():
+        print(f"{name}: median {statistics.median(values):.1f} samples/s over {len(values)} runs "
+              f"(min {min(values):.1f}, max {max(values):.1f})")
+    ratio = statistics.median(rates["engine"]) / statistics.median(rates["generate"])
+    every_row = statistics.median(rates["engine"]) / statistics.median(rates["engine_every_row"])
+    print(f"engine_grpo: samples_per_s_vs_every_row={every_row:.2f} (the same engine prefilling and decoding every row)")
+    print(f"engine_grpo: samples_per_s_vs_generate={ratio:.2f}")
 
 
 if __name__ == "__main__":

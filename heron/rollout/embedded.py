@@ -5,10 +5,12 @@ batch, V = vocabulary size, S = most stop tokens of any row.
 
 How a batch is decoded: prompts are left-padded to P so every row's next token sits in the
 last column; position ids count only real tokens (cumsum(mask) - 1), so a padded prompt sees
-the same positions as it would alone. One prefill fills a ``DynamicCache``, then each step
-feeds one token per row. A row finishes on one of its stop tokens (kept in the output, with
-its logprob) or after its ``max_new_tokens``; finished rows keep feeding the pad token and are
-ignored; the loop ends as soon as every row has finished.
+the same positions as it would alone. One prefill of the distinct prompts fills a
+``DynamicCache`` whose rows are then copied to every request of the prompt, then each step feeds
+one token per row. A row finishes on one of its stop tokens (kept in the output, with its
+logprob) or after its ``max_new_tokens``; finished rows leave the decode batch (down to
+``min_rows`` rows, see ``heron.rollout.batch_rows``); the loop ends as soon as every row has
+finished.
 
 Sampling is per row (temperature, top-p, greedy, seed); see ``heron.rollout.sampling`` for the
 logprob convention and why a request's sample does not depend on its batch. Note that two
@@ -20,47 +22,16 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from heron.records import Generation, GenerationRequest
 from heron.residency import Holdings, Resident, host_only, needs_device
+from heron.rollout.batch_rows import MIN_ROWS, batch_params, distinct_prompts, rows_to_keep
 from heron.rollout.request_checks import validate_request
-from heron.rollout.sampling import draw_uniforms, select_tokens
+from heron.rollout.sampling import select_tokens
 from heron.weights.handle import WeightHandle
-
-
-@dataclass(frozen=True)
-class _BatchParams:
-    """Per-row sampling parameters of one batch as tensors on the model's device."""
-
-    temperature: torch.Tensor  # [B]; 1.0 on greedy rows
-    top_p: torch.Tensor | None  # [B]; None when no row truncates
-    greedy: torch.Tensor | None  # [B] bool; None when no row is greedy
-    stop_token_ids: torch.Tensor | None  # [B, S], padded with -1; None when no row has any
-    max_new_tokens: torch.Tensor  # [B]
-    uniforms: torch.Tensor  # [B, T], row b from its own seeded generator
-    num_steps: int  # T
-
-
-def _batch_params(requests: Sequence[GenerationRequest], device: torch.device) -> _BatchParams:
-    params = [r.params for r in requests]
-    num_steps = max(p.max_new_tokens for p in params)
-    num_stop = max(len(p.stop_token_ids) for p in params)
-    generators = [torch.Generator().manual_seed(p.seed) for p in params]
-    stop_rows = [list(p.stop_token_ids) + [-1] * (num_stop - len(p.stop_token_ids)) for p in params]
-    any_top_p, any_greedy = any(p.top_p < 1 for p in params), any(p.greedy for p in params)
-    return _BatchParams(
-        temperature=torch.tensor([1.0 if p.greedy else p.temperature for p in params], device=device),  # [B]
-        top_p=torch.tensor([p.top_p for p in params], device=device) if any_top_p else None,  # [B]
-        greedy=torch.tensor([p.greedy for p in params], device=device) if any_greedy else None,  # [B]
-        stop_token_ids=torch.tensor(stop_rows, device=device) if num_stop else None,  # [B, S]
-        max_new_tokens=torch.tensor([p.max_new_tokens for p in params], device=device),  # [B]
-        uniforms=draw_uniforms(generators, num_steps).to(device),  # [B, T]
-        num_steps=num_steps,
-    )
 
 
 def _left_pad(
@@ -88,13 +59,19 @@ class EmbeddedEngine(Resident):
     """
 
     def __init__(
-        self, model: torch.nn.Module, *, pad_token_id: int, max_batch_size: int = 64, policy_version: int = 0
+        self, model: torch.nn.Module, *, pad_token_id: int, max_batch_size: int = 64, policy_version: int = 0,
+        share_prompts: bool = True, drop_finished: bool = True, min_rows: int = MIN_ROWS,
     ):
+        """``share_prompts``: prefill each distinct prompt of a batch once; ``drop_finished``: take
+        finished rows out of the decode batch, keeping at least ``min_rows`` (heron.rollout.batch_rows)."""
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if min_rows < 1:
+            raise ValueError(f"min_rows must be >= 1, got {min_rows}")
         self.model = model
         self.pad_token_id = pad_token_id
         self.max_batch_size = max_batch_size
+        self.share_prompts, self.drop_finished, self.min_rows = share_prompts, drop_finished, min_rows
         self._policy_version = policy_version
         self._cache_kwarg = _cache_kwarg(model)
 
@@ -145,45 +122,59 @@ class EmbeddedEngine(Resident):
         )
         return output.logits[:, -1, :].float()  # [B, V]
 
+    def _prefill(self, prompts: Sequence[list[int]], num_steps: int, cache) -> tuple[torch.Tensor, ...]:
+        """Fills ``cache`` for the B prompts, running each distinct one once when sharing. Returns
+        the next-token logits [B, V], the attention mask over prompt and new tokens [B, P + T] and
+        each row's next position [B, 1]."""
+        device = self.device
+        distinct, index = distinct_prompts(prompts, share=self.share_prompts, min_rows=self.min_rows)
+        input_ids, prompt_mask = _left_pad(distinct, self.pad_token_id, device)  # [U, P], [U, P]
+        positions = (prompt_mask.cumsum(dim=-1) - 1).clamp(min=0)  # [U, P]
+        logits = self._forward(input_ids, prompt_mask, positions, cache)  # [U, V]
+        if index is not None:  # copy each distinct prompt's rows to its requests
+            rows = torch.tensor(index, device=device)  # [B]
+            cache.batch_select_indices(rows)
+            logits, prompt_mask, positions = logits[rows], prompt_mask[rows], positions[rows]  # [B, ...]
+        full_mask = torch.cat([prompt_mask, prompt_mask.new_ones(len(prompts), num_steps)], dim=1)  # [B, P + T]
+        return logits, full_mask, positions[:, -1:] + 1
+
     @torch.inference_mode()
     def _generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         from transformers import DynamicCache
 
         device = self.device
-        params = _batch_params(requests, device)
-        prompts = [r.prompt_tokens for r in requests]
-        input_ids, prompt_mask = _left_pad(prompts, self.pad_token_id, device)  # [B, P], [B, P]
-        num_rows, prompt_len = input_ids.shape
-        new_mask = prompt_mask.new_ones(num_rows, params.num_steps)  # [B, T]
-        full_mask = torch.cat([prompt_mask, new_mask], dim=1)  # [B, P + T]
-        positions = (prompt_mask.cumsum(dim=-1) - 1).clamp(min=0)  # [B, P]
+        params = batch_params(requests, device)
         cache = DynamicCache(config=self.model.config)
-        logits = self._forward(input_ids, prompt_mask, positions, cache)  # [B, V]
-        next_position = positions[:, -1:] + 1  # [B, 1]
-
-        tokens_out = torch.full_like(new_mask, self.pad_token_id)  # [B, T]
+        logits, full_mask, next_position = self._prefill([r.prompt_tokens for r in requests], params.num_steps, cache)
+        num_rows, prompt_len = len(requests), full_mask.shape[1] - params.num_steps
+        tokens_out = torch.full((num_rows, params.num_steps), self.pad_token_id, device=device)  # [B, T]
         logprobs_out = torch.zeros(num_rows, params.num_steps, device=device)  # [B, T]
         num_tokens = params.max_new_tokens.clone()  # [B]
         stopped = torch.zeros(num_rows, dtype=torch.bool, device=device)  # [B]
-        active = torch.ones(num_rows, dtype=torch.bool, device=device)  # [B]
+        row_ids = torch.arange(num_rows, device=device)  # [R]: the request each decoded row answers
+        active = torch.ones(num_rows, dtype=torch.bool, device=device)  # [R]
         for step in range(params.num_steps):
             tokens, logprobs = select_tokens(
                 logits, params.temperature, params.uniforms[:, step], params.top_p, params.greedy
-            )  # [B], [B]
-            tokens_out[:, step] = tokens
-            logprobs_out[:, step] = logprobs
+            )  # [R], [R]
+            tokens_out[row_ids, step] = tokens
+            logprobs_out[row_ids, step] = logprobs
             if params.stop_token_ids is not None:
-                hit_stop = active & (tokens.unsqueeze(-1) == params.stop_token_ids).any(dim=-1)  # [B]
-                num_tokens = torch.where(hit_stop, step + 1, num_tokens)  # [B]
-                stopped |= hit_stop
+                hit_stop = active & (tokens.unsqueeze(-1) == params.stop_token_ids).any(dim=-1)  # [R]
+                num_tokens[row_ids] = torch.where(hit_stop, step + 1, num_tokens[row_ids])
+                stopped[row_ids] |= hit_stop
                 active &= ~hit_stop
             active &= params.max_new_tokens > step + 1
             if not bool(active.any()):  # also true after the last step: max_new_tokens <= T
                 break
-            feed = tokens.masked_fill(~active, self.pad_token_id).unsqueeze(-1)  # [B, 1]
-            seen_mask = full_mask[:, : prompt_len + step + 1]  # [B, P + step + 1]
-            logits = self._forward(feed, seen_mask, next_position, cache)  # [B, V]
-            next_position = next_position + 1  # [B, 1]
+            keep = rows_to_keep(active, self.min_rows) if self.drop_finished else None
+            if keep is not None:  # finished rows leave the batch: [R] -> [R']
+                cache.batch_select_indices(keep)
+                params, row_ids, active, tokens = params.select(keep), row_ids[keep], active[keep], tokens[keep]
+                full_mask, next_position = full_mask[keep], next_position[keep]
+            feed = tokens.masked_fill(~active, self.pad_token_id).unsqueeze(-1)  # [R, 1]
+            logits = self._forward(feed, full_mask[:, : prompt_len + step + 1], next_position, cache)  # [R, V]
+            next_position = next_position + 1  # [R, 1]
         return self._to_generations(tokens_out, logprobs_out, num_tokens, stopped)
 
     def _to_generations(

@@ -1,0 +1,51 @@
+"""The TRL side of bench/vs_trl.py, run by ``.venv-trl/bin/python`` (it imports no heron).
+
+TRL's GRPOTrainer on a local model folder and a JSONL of {"prompt", "label"} rows, with the
+exact-match reward heron's ``reward.fn=exact_match`` computes; one optimizer step per rollout.
+Writes {"step_s": [...]} (wall seconds of each optimizer step, generation included) to argv[3].
+
+    .venv-trl/bin/python bench/trl_grpo_peer.py MODEL_DIR DATA.jsonl OUT.json NUM_STEPS PROMPTS SAMPLES NEW_TOKENS LR
+"""
+
+import json
+import sys
+import time
+
+
+def exact_match(completions, label, **_):
+    return [1.0 if c.strip() == ref.strip() else 0.0 for c, ref in zip(completions, label)]
+
+
+def main() -> None:
+    from datasets import load_dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    model_dir, data, out, num_steps, prompts, samples, new_tokens, lr = sys.argv[1:9]
+    samples = int(samples)
+    times: list[float] = []
+
+    class StepTimes(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            times.append(time.perf_counter() - self.start)
+
+    cfg = GRPOConfig(
+        output_dir=f"{out}.trainer", max_steps=int(num_steps), per_device_train_batch_size=int(prompts) * samples,
+        num_generations=samples, max_completion_length=int(new_tokens), steps_per_generation=1, num_iterations=1,
+        gradient_accumulation_steps=1, learning_rate=float(lr), beta=0.0, temperature=1.0, top_p=1.0,
+        use_cpu=True, bf16=False, report_to="none", save_strategy="no", logging_steps=1,
+        dataloader_num_workers=0, seed=0,
+    )
+    trainer = GRPOTrainer(model=model_dir, reward_funcs=exact_match, args=cfg,
+                          train_dataset=load_dataset("json", data_files=data, split="train"))
+    trainer.add_callback(StepTimes())
+    trainer.train()
+    with open(out, "w") as f:
+        json.dump({"step_s": times}, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""heron against TRL's GRPOTrainer on the same work, side by side in one run (issue 14.1).
+
+Both sides train the same local model folder (Qwen3 architecture, random weights, the toy
+tokenizer) on the same prompts (2-digit addition, plain text) with the same exact-match reward:
+``PROMPTS`` prompts x ``SAMPLES`` samples x at most ``NEW_TOKENS`` new tokens per rollout, one
+optimizer step per rollout, ``NUM_STEPS`` steps, temperature 1, no KL term, fp32,
+``OMP_NUM_THREADS`` threads each (default 2; on a machine loaded far beyond its cores, 1: two
+OpenMP threads per process then slowed both sides ~10x in one measurement).
+Each run is a fresh process (heron: ``heron train``; TRL: bench/trl_grpo_peer.py in .venv-trl),
+and runs alternate heron/TRL, then TRL/heron, so both share the machine's noise. A step's time
+is the wall time of one rollout: generation, reward, training step (heron: ``time/rollout_s``;
+TRL: on_step_begin to on_step_end). Start-up and step 1 (warm-up) are left out: each run's
+figure is the median of steps 2..NUM_STEPS, each side's the median over its rounds.
+
+TRL lives in its own venv (``.venv-trl``, requirements-trl.txt: trl 1.16.0 with heron's torch,
+transformers and tokenizers pins), created here when missing (~2 min); ``--no-venv`` skips the
+TRL side instead when it is missing (CI). The last lines, one per model size, are
+``vs_trl: samples_per_s_heron_vs_trl=<TRL s/step / heron s/step>  [model]`` (> 1: heron is faster).
+
+    .venv/bin/python bench/vs_trl.py [--models toy,3M,25M] [--rounds 2] [--no-venv]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from heron.toy.addition import make_prompts  # noqa: E402
+from heron.toy.model import ToyModelSpec, create_toy_model  # noqa: E402
+
+PROMPTS, SAMPLES, NEW_TOKENS, NUM_STEPS, LR = 8, 4, 32, 8, 1e-6
+TRL_VENV = REPO / ".venv-trl"
+MODELS = {
+    "toy": ToyModelSpec(),
+    "3M": ToyModelSpec(hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=768),
+    "25M": ToyModelSpec(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4, intermediate_size=1536),
+}
+
+
+def trl_python(create: bool) -> Path | None:
+    """.venv-trl's python, creating the venv when missing and ``create``; None when skipped."""
+    python, stamp = TRL_VENV / "bin" / "python", TRL_VENV / ".installed"
+    if stamp.is_file():
+        return python
+    if not create:
+        print("vs_trl: TRL side skipped (no .venv-trl; run bench/vs_trl.py without --no-venv to create it)")
+        return None
+    print("vs_trl: creating .venv-trl (trl==1.16.0, torch==2.13.0 CPU; ~2 min)", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", str(TRL_VENV)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(REPO / "requirements-trl.txt")], check=True)
+    stamp.touch()
+    return python
+
+
+def _run(command: list[str]) -> None:
+    """Runs one side's process quietly; on failure raises with the tail of its output."""
+    done = subprocess.run(command, env=_env(), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{command[1]} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
+            "TOKENIZERS_PARALLELISM": "false", "RAY_AUTH_MODE": "disabled"}
+
+
+def heron_steps(model_dir: Path, data: Path, run_dir: Path) -> list[float]:
+    """One fresh ``heron train`` run -> wall seconds of each rollout step."""
+    overrides = [
+        f"model.path={model_dir}", f"data.path={data}", f"run.dir={run_dir}", f"rollout.num_rollouts={NUM_STEPS}",
+        f"rollout.batch_size={PROMPTS}", f"rollout.samples_per_prompt={SAMPLES}", f"rollout.max_new_tokens={NEW_TOKENS}",
+        "train.steps_per_rollout=1", f"train.micro_batch_size={PROMPTS * SAMPLES}", f"train.lr={LR}",
+        "eval.interval=0", "checkpoint.enabled=false",
+    ]
+    _run([str(REPO / ".venv" / "bin" / "heron"), "train", *overrides])
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r["time/rollout_s"] for r in records]
+
+
+def trl_steps(python: Path, model_dir: Path, data: Path, out: Path) -> list[float]:
+    """One fresh TRL GRPOTrainer run (bench/trl_grpo_peer.py) -> wall seconds of each step."""
+    args = [str(model_dir), str(data), str(out), NUM_STEPS, PROMPTS, SAMPLES, NEW_TOKENS, LR]
+    _run([str(python), str(REPO / "bench" / "trl_grpo_peer.py"), *map(str, args)])
+    return json.loads(out.read_text())["step_s"]
+
+
+def bench_model(name: str, python: Path | None, tmp: Path, rounds: int) -> float | None:
+    corpus = [p.text + p.label for p in make_prompts(2000, seed=0, max_digits=3)]
+    model_dir = create_toy_model(tmp / name / "model", corpus, MODELS[name])
+    data = tmp / name / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p.text, "label": p.label}) + "\n"
+                            for p in make_prompts(PROMPTS * NUM_STEPS * 4, seed=1, max_digits=2)))
+    medians: dict[str, list[float]] = {"heron": [], "trl": []}
+    for round_id in range(rounds):
+        sides = ["heron", "trl"] if round_id % 2 == 0 else ["trl", "heron"]
+        for side in sides:
+            if side == "trl" and python is None:
+                continue
+            out = tmp / name / f"{side}-{round_id}"
+            steps = heron_steps(model_dir, data, out) if side == "heron" else trl_steps(python, model_dir, data, out.with_suffix(".json"))
+            assert len(steps) == NUM_STEPS, (side, steps)
+            medians[side].append(statistics.median(steps[1:]))
+            print(f"  {name} round {round_id} {side}: median {medians[side][-1]:.3f} s/step (steps 2-{NUM_STEPS}: "
+                  + " ".join(f"{s:.2f}" for s in steps[1:]) + ")", flush=True)
+    if python is None:
+        return None
+    return statistics.median(medians["trl"]) / statistics.median(medians["heron"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {list(MODELS)}")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per model")
+    parser.add_argument("--no-venv", action="store_true", help="skip the TRL side when .venv-trl is missing")
+    args = parser.parse_args()
+    names = args.models.split(",")
+    unknown = sorted(set(names) - set(MODELS))
+    if unknown:
+        parser.error(f"--models: unknown {unknown}; choose from {list(MODELS)}")
+    python = trl_python(create=not args.no_venv)
+    print(f"vs_trl: {PROMPTS} prompts x {SAMPLES} samples x {NEW_TOKENS} new tokens, 1 optimizer step per rollout, "
+          f"{NUM_STEPS} steps, median of steps 2-{NUM_STEPS}, {args.rounds} alternating rounds", flush=True)
+    ratios = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            ratios[name] = bench_model(name, python, Path(tmp), args.rounds)
+    for name, ratio in ratios.items():
+        if ratio is not None:
+            print(f"vs_trl: samples_per_s_heron_vs_trl={ratio:.2f}  [{name}]")
+
+
+if __name__ == "__main__":
+    main()
