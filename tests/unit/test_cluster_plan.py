@@ -70,8 +70,9 @@ def test_cluster_config_rules():
         load_config(None, [*base, "train.world_size=2"])
     with pytest.raises(ConfigError, match="must divide the mini-batch of 8"):
         load_config(None, [*base, "train.world_size=3", "cluster.backend=ray"])
-    with pytest.raises(ConfigError, match="cluster.device=cuda is not supported yet"):
-        load_config(None, [*base, "cluster.device=cuda"])
+    with pytest.raises(ConfigError, match="on Ray cluster.device=cpu does: set run.device=auto or cluster.device=cuda"):
+        load_config(None, [*base, "cluster.backend=ray", "run.device=cuda"])
+    assert load_config(None, [*base, "cluster.backend=ray", "cluster.device=cuda"]).cluster.device == "cuda"
     with pytest.raises(ConfigError, match="loop.mode=async needs disaggregated engines"):
         load_config(None, [*base, "loop.mode=async", "cluster.backend=ray", "colocate=true"])
     with pytest.raises(ConfigError, match="cluster.num_engines=2 must be <= train.world_size=1"):
