@@ -21,7 +21,7 @@ from heron.checkpoint.errors import CheckpointMismatchError
 # the seed (data order and every sampling seed derive from it), the model and its dtype, the
 # data, how rollouts are drawn, the reward, the algorithm and the optimizer settings.
 # Not included: rollout.num_rollouts (a run may be extended), eval, tracking, checkpoint, run.dir.
-RESUME_CRITICAL = ("run.seed", "model", "data", "rollout", "reward", "algo", "train", "hooks")
+RESUME_CRITICAL = ("run.seed", "model", "data", "rollout", "reward", "algo", "train", "hooks", "critic")
 RESUME_FREE = (
     "rollout.num_rollouts", "train.world_size", "train.parallel",  # DCP reshards on load
     # what happens on a failure, not what a healthy step computes: a run stopped by a non-finite

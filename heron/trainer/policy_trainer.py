@@ -29,6 +29,7 @@ from heron.trainer.logprobs import forward_logprobs
 from heron.trainer.lr_schedule import build_scheduler
 from heron.trainer.nonfinite import nonfinite_error, nonfinite_values
 from heron.trainer.objectives import Objective
+from heron.trainer.optimizer import build_adamw, trained_tensors
 from heron.trainer.old_logprobs import plan_old_logprobs
 from heron.weights.handle import InMemory, WeightHandle
 
@@ -56,9 +57,7 @@ class PolicyTrainer(Resident):
         self.objective = objective
         self.temperature = temperature
         self.reference = reference.eval().requires_grad_(False) if reference is not None else None
-        self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
-        )
+        self.optimizer = build_adamw(model, cfg)
         self.scheduler = build_scheduler(
             self.optimizer, warmup_steps=cfg.warmup_steps, total_steps=total_steps,
             schedule=cfg.lr_schedule, min_lr_ratio=cfg.min_lr_ratio,
@@ -107,7 +106,7 @@ class PolicyTrainer(Resident):
         if self._forward_mismatch:
             mismatch = self._mismatch_metrics(combine_stats(self._forward_mismatch))
         recomputed = float(self.old_logprob_plan.runs_forward)
-        return {**_mean_over_applied(steps), **mismatch, "old_logprobs_recomputed": recomputed}
+        return {**mean_over_applied(steps), **mismatch, "old_logprobs_recomputed": recomputed}
 
     def _recompute_old_logprobs(self, batch: TrainBatch) -> dict[str, float]:
         """Replaces the engine's logprobs by the trainer's and sets the mismatch correction; the
@@ -226,12 +225,8 @@ class PolicyTrainer(Resident):
         model, reference, optimizer = self.model, self.reference, self.optimizer
 
         def inventory():
-            params = list(model.parameters())
             return {
-                "params": params,
-                "grads": [p.grad for p in params if p.grad is not None],
-                "optimizer": [v for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)],
-                "buffers": list(model.buffers()),
+                **trained_tensors(model, optimizer),
                 "reference": [] if reference is None else [*reference.parameters(), *reference.buffers()],
             }
 
@@ -287,7 +282,7 @@ class PolicyTrainer(Resident):
         return out_dir
 
 
-def _mean_over_applied(steps: list[tuple[dict[str, float], bool]]) -> dict[str, float]:
+def mean_over_applied(steps: list[tuple[dict[str, float], bool]]) -> dict[str, float]:
     """Mean of each metric over the applied steps (over all steps if none was applied, so a
     rollout whose every step was skipped shows its nan loss), plus ``nonfinite_skipped``."""
     applied = [sums for sums, ok in steps if ok] or [sums for sums, _ in steps]
