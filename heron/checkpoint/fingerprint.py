@@ -30,6 +30,10 @@ RESUME_FREE = (
     "train.old_logprobs_forward",  # which forward computes pi_old, not its values (heron.trainer.old_logprobs)
 )
 
+# Keys that change what a run computes only with a learned critic (algo.advantage=gae): left out of
+# other runs' fingerprints, so checkpoints saved before they existed resume (prefixes).
+CRITIC_ONLY = ("critic.", "algo.gamma", "algo.lam")
+
 
 def _flatten(prefix: str, value: Any, out: dict) -> None:
     if isinstance(value, dict):
@@ -47,7 +51,8 @@ def config_fingerprint(config_dict: dict) -> dict[str, Any]:
         for key in part.split("."):
             node = node.get(key, {}) if isinstance(node, dict) else {}
         _flatten(part, node, out)
-    return {k: v for k, v in sorted(out.items()) if k not in RESUME_FREE}
+    unused = () if out.get("algo.advantage") == "gae" else CRITIC_ONLY  # a run without a critic never reads them
+    return {k: v for k, v in sorted(out.items()) if k not in RESUME_FREE and not k.startswith(unused)}
 
 
 def digest(fingerprint: dict) -> str:
