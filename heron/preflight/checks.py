@@ -10,7 +10,8 @@
 2. the input paths exist (model folder, data, eval sets);
 3. ``run.dir`` and the checkpoint folder are writable (heron.preflight.writable), before the
    model loads rather than at the first save;
-4. the model folder: config, weights, tokenizer (heron.preflight.model_folder);
+4. the model folder: config, weights, tokenizer (heron.preflight.model_folder), and the critic's
+   (``critic.path``: an HF folder with the policy's vocabulary; heron.preflight.critic_folder);
 5. the data: rows parse, no empty prompts, ``rollout.stop`` entries are single tokens, every
    prompt plus ``rollout.max_new_tokens`` fits the model's positions (heron.data.prompt_lengths);
 6. the eval sets, the same way with ``eval.max_new_tokens``.
@@ -32,6 +33,7 @@ from heron.config.root import HeronConfig
 from heron.data.dataset import PromptDataset, load_dataset
 from heron.data.prompt_lengths import TokenBudget, check_prompt_lengths
 from heron.plugins.run_hooks import RunHooks, load_run_hooks
+from heron.preflight.critic_folder import check_critic_folder
 from heron.preflight.extras import check_extras
 from heron.preflight.model_folder import ModelFolder, inspect_model_folder, require_config_file
 from heron.preflight.writable import check_writable
@@ -63,6 +65,7 @@ def preflight(cfg: HeronConfig) -> PreflightReport:
     if cfg.checkpoint.enabled:
         check_writable(cfg.checkpoint.folder(cfg.run.dir), "checkpoint.dir")
     data = _DataCheck(inspect_model_folder(cfg.model.path), cfg.data)
+    check_critic_folder(cfg)  # critic.path, with algo.advantage=gae
     data.formatter.stop_token_ids(cfg.rollout.stop)
     report = PreflightReport(hooks, data.model, data.formatter, None, lines=data.lines)
     if hooks.data_source is None:

@@ -151,3 +151,21 @@ def test_critic_runs_on_ray_colocated_with_offload(no_ray, toy_model_dir, toy_da
     assert all(r["critic/value_loss"] > 0 for r in records) and records[-1]["critic/value_mean"] != 0.0
     assert records[-1]["memory/critic_released_bytes"] > 0  # the critic's actor slept between its operations
     assert (tmp_path / "checkpoints" / "rollout-000001" / "critic" / "state.json").is_file()
+
+
+def test_a_bad_critic_path_fails_in_the_preflight(toy_model_dir, toy_data_path, tmp_path):
+    """critic.path must be an HF folder with the policy's vocabulary: one line, before any model loads."""
+    import json
+
+    from heron.config.base import ConfigError
+    from heron.preflight import preflight
+
+    with pytest.raises(ConfigError, match="critic.path '.*' is not an HF model folder"):
+        preflight(_config(toy_model_dir, toy_data_path, tmp_path / "run", f"critic.path={tmp_path}"))
+    other = tmp_path / "other"
+    other.mkdir()
+    config = json.loads((toy_model_dir / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "vocab_size": config["vocab_size"] + 1}))
+    with pytest.raises(ConfigError, match="the critic reads the policy's token ids") as error:
+        preflight(_config(toy_model_dir, toy_data_path, tmp_path / "run", f"critic.path={other}"))
+    assert "\n" not in str(error.value)
