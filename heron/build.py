@@ -13,8 +13,10 @@ from pathlib import Path
 
 import torch
 
+from heron.algo.catalog import ADVANTAGES
 from heron.cluster.executor import Executor, LocalExecutor
 from heron.components import Components
+from heron.critic.build import CriticSpec
 from heron.config.residency import resolve_offload
 from heron.config.root import HeronConfig
 from heron.data.source import PromptDataSource
@@ -52,6 +54,13 @@ def device_kind(cfg: HeronConfig) -> str:
     return cfg.cluster.device if cfg.cluster.backend == "ray" else cfg.run.device
 
 
+def critic_spec(cfg: HeronConfig) -> CriticSpec | None:
+    """The critic's spec when the algorithm learns a value model (``algo.advantage=gae``), else None."""
+    if not ADVANTAGES[cfg.algo.advantage].needs_critic:
+        return None
+    return CriticSpec(critic=cfg.critic, model=cfg.model, train=cfg.train, seed=cfg.run.seed)
+
+
 def residency_settings(cfg: HeronConfig) -> ResidencySettings:
     offload_train, offload_rollout = resolve_offload(cfg.colocate, cfg.offload)
     return ResidencySettings(cfg.colocate, offload_train, offload_rollout, cfg.offload.wait_timeout_s)
@@ -64,7 +73,9 @@ def build_executor(cfg: HeronConfig) -> Executor:
     from heron.cluster.ray_executor import RayExecutor, RaySettings
 
     weight_dir = cfg.cluster.weight_dir or str(Path(cfg.run.dir).resolve() / "weights")
-    return RayExecutor(RaySettings(cfg.cluster, cfg.train, cfg.colocate, residency_settings(cfg), weight_dir))
+    settings = RaySettings(cfg.cluster, cfg.train, cfg.colocate, residency_settings(cfg), weight_dir,
+                           critic=critic_spec(cfg) is not None)
+    return RayExecutor(settings)
 
 
 def build_components(cfg: HeronConfig, report: PreflightReport | None = None) -> Components:
@@ -85,6 +96,8 @@ def build_components(cfg: HeronConfig, report: PreflightReport | None = None) ->
         engine = executor.engine(engine_spec(cfg, tokenizer.pad_token_id))
         trainer = executor.trainer(trainer_spec(cfg))
         residency = executor.residency(trainer, engine)  # local: in-process; ray: per actor + driver proxies
+        spec = critic_spec(cfg)
+        critic = executor.critic(spec, residency) if spec is not None else None  # same residency rules as the trainer
     except BaseException:
         if engine is not None:
             engine.close()  # a server engine stops its server
@@ -99,7 +112,7 @@ def build_components(cfg: HeronConfig, report: PreflightReport | None = None) ->
         cfg=cfg, tokenizer=tokenizer, sampler=data_source, generator=generator, engine=engine,
         scorer=reward_stage(cfg, scorer, generator, data_source),
         trainer=trainer, evaluator=build_eval_suite(cfg.eval, cfg.run.seed, eval_sets, formatter, scorer), hooks=hooks,
-        residency=residency, executor=executor, data_metrics=report.data_metrics(),
+        residency=residency, executor=executor, data_metrics=report.data_metrics(), critic=critic,
     )
 
 

@@ -22,3 +22,11 @@ def load_model(path: str, dtype: str) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
+
+
+def load_backbone(path: str, dtype: str) -> torch.nn.Module:
+    """The folder's base model without its LM head (``AutoModel``: hidden states out), in
+    ``dtype``: the backbone of a value model (``heron.critic.value_model``)."""
+    from transformers import AutoModel
+
+    return AutoModel.from_pretrained(path, dtype=DTYPES[dtype])

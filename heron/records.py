@@ -90,6 +90,11 @@ class Sample:
     finish_reason: FinishReason
     reward: float | None = None
     advantage: float | None = None
+    # PPO with a learned critic (algo.advantage=gae): one entry per response token, set by the
+    # advantage stage (heron.critic.advantage_stage); None for per-sequence estimators
+    token_advantages: list[float] | None = None
+    values: list[float] | None = None  # the critic's V_t the advantages were computed with
+    returns: list[float] | None = None  # the value targets R_t = A_t + V_t (before whitening A)
 
     @property
     def sample_id(self) -> str:

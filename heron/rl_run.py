@@ -8,7 +8,6 @@ import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from heron.algo.assign import assign_advantages
 from heron.atomic_file import write_atomically
 from heron.checkpoint.checkpointer import Checkpointer
 from heron.build import build_components
@@ -92,10 +91,11 @@ class RLRun:
             return self.c.scorer.score(batch)
 
     def advantages(self, batch: RolloutBatch) -> RolloutBatch:
-        """algo.advantage (or hooks.advantage) over the whole batch; with algo.kl_in_reward the
-        estimator sees r - kl_coef * KL (the trainer computes KL, heron.trainer.reward_kl)."""
+        """algo.advantage (or hooks.advantage) over the whole batch, or GAE over the critic's values
+        (algo.advantage=gae); with algo.kl_in_reward the estimator sees r - kl_coef * KL (the
+        trainer computes KL, heron.trainer.reward_kl)."""
         penalties = reward_kl_penalties(self.c.trainer, batch, self.c.tokenizer.pad_token_id, self.cfg.algo)
-        return assign_advantages(batch, self.c.advantage_estimator(), penalties)
+        return self.c.assign_advantages(batch, penalties)
 
     def postprocess(self, batch: RolloutBatch) -> RolloutBatch:
         """hooks.rollout_data_postprocess(config, rollout_id, rollout_data), if configured."""
@@ -103,7 +103,7 @@ class RLRun:
 
     def train(self, batch: RolloutBatch) -> dict[str, float]:
         with self._timed("train"):
-            return self.c.trainer.train(collate(batch.samples, self.c.tokenizer.pad_token_id))
+            return self.c.train(collate(batch.samples, self.c.tokenizer.pad_token_id))
 
     def push_weights(self) -> None:
         with self._timed("push_weights"):
@@ -143,7 +143,7 @@ class RLRun:
             "staleness/max": max(batch.rollout_id - s.policy_version for s in batch.samples),
             **self.c.scorer.metrics(),
             **self.c.data_metrics,
-            **{f"train/{k}": v for k, v in train_metrics.items()},
+            **{(k if k.startswith("critic/") else f"train/{k}"): v for k, v in train_metrics.items()},
             **eval_metrics,
             **{k: v for k, v in self.timings.items() if not k.startswith("_")},
             **self.c.residency.metrics(),

@@ -13,6 +13,9 @@ class EstimatorInfo:
     """True when the baseline comes from the other samples of the same prompt, so a group of
     one sample carries no signal (rollout.samples_per_prompt must be >= 2)."""
     summary: str
+    needs_critic: bool = False
+    """True when the advantages come from a learned value model (the ``critic`` section): token
+    level, computed by the advantage stage from the critic's values (``heron.critic``)."""
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,7 @@ ADVANTAGES: dict[str, EstimatorInfo] = {
     "rloo": EstimatorInfo(True, "r_i - mean of the other samples of the group (leave-one-out)"),
     "reinforce_plus_plus": EstimatorInfo(False, "(r - mean_batch) / (std_batch + eps): global batch normalisation"),
     "reinforce_plus_plus_baseline": EstimatorInfo(True, "r - mean_group, then divided by the batch std"),
+    "gae": EstimatorInfo(False, "PPO with a learned critic: GAE(gamma, lambda) per token, whitened", needs_critic=True),
 }
 
 LOSSES: dict[str, LossInfo] = {

@@ -1,6 +1,6 @@
 """Generalised advantage estimation (Schulman et al. 2016, "High-Dimensional Continuous
 Control Using Generalized Advantage Estimation", arXiv 1506.02438), for PPO with a learned
-critic (the critic component is not built yet: this is its advantage function).
+critic (``algo.advantage=gae``; the advantage stage is ``heron.critic.advantage_stage``).
 
 Shapes: B = sequences, T = tokens (positions of the response); m_t = loss mask (1 on the
 policy's tokens, 0 on padding and on tool/environment tokens inside a response).
@@ -39,3 +39,15 @@ def gae_advantages(
         advantages[:, t] = torch.where(kept[:, t], advantage, torch.zeros_like(advantage))
     returns = torch.where(kept, advantages + values, torch.zeros_like(values))  # [B, T]
     return advantages, returns
+
+
+def outcome_token_rewards(rewards: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """Token rewards [B, T] of an outcome reward: r_i at the last policy token of row i, 0
+    elsewhere (rows without a policy token get none). rewards [B], loss_mask [B, T]."""
+    kept = loss_mask.bool()  # [B, T]
+    positions = torch.arange(kept.shape[1]).expand_as(kept)  # [B, T]
+    last = torch.where(kept, positions, torch.full_like(positions, -1)).amax(dim=1)  # [B]
+    token_rewards = torch.zeros(kept.shape, dtype=rewards.dtype)  # [B, T]
+    rows = torch.nonzero(last >= 0).squeeze(-1)
+    token_rewards[rows, last[rows]] = rewards[rows]
+    return token_rewards

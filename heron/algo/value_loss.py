@@ -1,5 +1,5 @@
 """Clipped value loss of PPO's critic (the PPO2 baselines implementation; as in verl and TRL),
-for PPO with a learned critic (the critic component is not built yet: this is its loss).
+for PPO with a learned critic (``heron.critic``).
 
 Shapes: B = sequences, T = tokens.
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from heron.algo.masked import masked_sum
+from heron.algo.masked import masked_mean, masked_sum
 from heron.algo.policy_loss import default_normalizer
 
 
@@ -52,3 +52,16 @@ def clipped_value_loss(
         is_clipped = (clipped_error > unclipped_error).to(values.dtype)
         clip_fraction = masked_sum(is_clipped, loss_mask) / normalizer
     return ValueLossOutput(masked_sum(per_token, loss_mask) / normalizer, clip_fraction)
+
+
+@torch.no_grad()
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """1 - Var(R - V) / Var(R) over the masked tokens: 1 = the critic predicts the returns,
+    0 = no better than their mean, < 0 worse. nan when the returns do not vary."""
+    kept = mask.bool()
+    residual = returns - values
+    var_returns = masked_mean((returns - masked_mean(returns, kept)).square(), kept)
+    var_residual = masked_mean((residual - masked_mean(residual, kept)).square(), kept)
+    if float(var_returns) == 0.0:
+        return float("nan")
+    return float(1.0 - var_residual / var_returns)

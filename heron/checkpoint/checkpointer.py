@@ -58,7 +58,7 @@ class Checkpointer:
             self.writer.check()
         if not self.due(rollout_id):
             return False
-        self._writer(components).save(rollout_id, components.trainer, partial(self.run_state, rollout_id, components))
+        self._writer(components).save(rollout_id, components.checkpoint_source(), partial(self.run_state, rollout_id, components))
         return True
 
     def run_state(self, rollout_id: int, components, shards: SavedShards) -> dict:

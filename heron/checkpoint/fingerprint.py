@@ -21,7 +21,7 @@ from heron.checkpoint.errors import CheckpointMismatchError
 # the seed (data order and every sampling seed derive from it), the model and its dtype, the
 # data, how rollouts are drawn, the reward, the algorithm and the optimizer settings.
 # Not included: rollout.num_rollouts (a run may be extended), eval, tracking, checkpoint, run.dir.
-RESUME_CRITICAL = ("run.seed", "model", "data", "rollout", "reward", "algo", "train", "hooks")
+RESUME_CRITICAL = ("run.seed", "model", "data", "rollout", "reward", "algo", "train", "hooks", "critic")
 RESUME_FREE = (
     "rollout.num_rollouts", "train.world_size", "train.parallel",  # DCP reshards on load
     # what happens on a failure, not what a healthy step computes: a run stopped by a non-finite
@@ -29,6 +29,10 @@ RESUME_FREE = (
     "train.on_nonfinite", "reward.timeout_s",
     "train.old_logprobs_forward",  # which forward computes pi_old, not its values (heron.trainer.old_logprobs)
 )
+
+# Keys that change what a run computes only with a learned critic (algo.advantage=gae): left out of
+# other runs' fingerprints, so checkpoints saved before they existed resume (prefixes).
+CRITIC_ONLY = ("critic.", "algo.gamma", "algo.lam")
 
 
 def _flatten(prefix: str, value: Any, out: dict) -> None:
@@ -49,7 +53,8 @@ def config_fingerprint(config_dict: dict) -> dict[str, Any]:
         _flatten(part, node, out)
     if out.get("model.lora.enabled") is not True:  # no LoRA: as before model.lora existed, so older checkpoints resume
         out = {k: v for k, v in out.items() if not k.startswith("model.lora.")}
-    return {k: v for k, v in sorted(out.items()) if k not in RESUME_FREE}
+    unused = () if out.get("algo.advantage") == "gae" else CRITIC_ONLY  # a run without a critic never reads them
+    return {k: v for k, v in sorted(out.items()) if k not in RESUME_FREE and not k.startswith(unused)}
 
 
 def digest(fingerprint: dict) -> str:

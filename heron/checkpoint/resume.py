@@ -5,7 +5,8 @@ checkpoint that does not fit fails in one line with the run and its folders unto
 fit check reads the trainer's tensors, so it runs inside ``Trainer.load_state``
 (an operation that declares it needs device memory), not from outside.
 
-What is restored (and so what the resumed run continues with): model and AdamW state (DCP),
+What is restored (and so what the resumed run continues with): model and AdamW state (DCP; and
+the critic's, with algo.advantage=gae),
 LR scheduler, policy version, data sampler (epoch, cursor) and every RNG. The engine then gets
 the restored weights through the run's own ``push_weights`` (one push path). Sampling seeds need no
 state: they derive from (run.seed, rollout_id, prompt_id, sample_index) and run.seed must match.
@@ -89,7 +90,7 @@ def restore(checkpoint: Checkpoint, components, run_config: dict) -> int:
     """Loads the checkpoint into the run's components (the trainer checks the fit first);
     returns the first rollout to run."""
     state = checkpoint.run_state()
-    components.trainer.load_state(checkpoint, run_config)
+    components.checkpoint_source().load_state(checkpoint, run_config)  # the trainer (and the critic)
     components.sampler.load_state_dict(state.sampler)
     restore_rng(state.rng)
     return checkpoint.rollout_id + 1

@@ -1,4 +1,4 @@
-"""The executor decides where the engine and the trainer run; ``heron.build`` asks it for both
+"""The executor decides where the engine and the trainer (and a critic) run; ``heron.build`` asks it for both
 and the rest of the run never knows the difference.
 
 - ``LocalExecutor``: everything in this process (the default).
@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from heron.critic.build import CriticSpec, build_critic
+from heron.critic.critic import Critic
 from heron.residency.coordinator import Coordinator
-from heron.residency.wiring import ResidencySettings, attach_residency
+from heron.residency.wiring import ResidencySettings, attach, attach_residency
 from heron.rollout.engine import RolloutEngine
 from heron.rollout.registry import EngineSpec, build_engine
 from heron.trainer.build import TrainerSpec, build_trainer
@@ -31,6 +33,11 @@ class Executor(Protocol):
 
     def residency(self, trainer: Trainer, engine: RolloutEngine) -> Coordinator:
         """Attaches sleep/wake to both; returns the run's ``Coordinator``."""
+        ...
+
+    def critic(self, spec: CriticSpec, coordinator: Coordinator) -> Critic:
+        """The critic (``algo.advantage=gae``) with its residency (offloaded like the trainer), registered
+        with the run's ``coordinator``, so colocated it takes turns with the trainer and the engine."""
         ...
 
     def close(self) -> None: ...
@@ -49,6 +56,12 @@ class LocalExecutor:
     def residency(self, trainer: Trainer, engine: RolloutEngine) -> Coordinator:
         """Attaches sleep/wake to trainer and engine; offloaded ones rest asleep from here on."""
         return attach_residency(trainer, engine, self.settings)
+
+    def critic(self, spec: CriticSpec, coordinator: Coordinator) -> Critic:
+        critic = build_critic(spec)
+        attach(critic, "critic", critic.holdings(), offload=self.settings.offload_train,
+               coordinator=coordinator, wait_timeout_s=self.settings.wait_timeout_s)
+        return critic
 
     def close(self) -> None:
         pass

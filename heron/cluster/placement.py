@@ -19,7 +19,7 @@ fit no single node).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Mapping
 
 from heron.cluster.errors import ClusterError
@@ -42,15 +42,17 @@ class PlacementPlan:
     engine_bundles: list[int]  # engine -> bundle index
     cpus_per_bundle: float
     gpus_per_bundle: int  # 0 on CPU, 1 on CUDA
+    critic_bundles: list[int] = field(default_factory=list)  # the critic's actor (algo.advantage=gae): rank 0's bundle
 
     @classmethod
-    def build(cls, world_size: int, num_engines: int, colocate: bool, cpus_per_bundle: float, device: str) -> "PlacementPlan":
+    def build(cls, world_size: int, num_engines: int, colocate: bool, cpus_per_bundle: float, device: str,
+              critic: bool = False) -> "PlacementPlan":
         trainer = list(range(world_size))
         engines = [e % world_size for e in range(num_engines)] if colocate else [world_size + e for e in range(num_engines)]
         num_bundles = world_size if colocate else world_size + num_engines
         from heron.device import gpus_per_bundle
 
-        return cls(num_bundles, trainer, engines, cpus_per_bundle, gpus_per_bundle(device))
+        return cls(num_bundles, trainer, engines, cpus_per_bundle, gpus_per_bundle(device), [0] if critic else [])
 
     def total(self) -> dict[str, float]:
         """Resources of the whole placement group, per kind."""
@@ -67,12 +69,12 @@ class PlacementPlan:
 
     def share(self, bundle: int) -> float:
         """Fraction of a bundle each of its actors reserves."""
-        return 1.0 / (self.trainer_bundles + self.engine_bundles).count(bundle)
+        return 1.0 / (self.trainer_bundles + self.engine_bundles + self.critic_bundles).count(bundle)
 
 
-def plan_for(cfg: "ClusterConfig", world_size: int, colocate: bool) -> PlacementPlan:
+def plan_for(cfg: "ClusterConfig", world_size: int, colocate: bool, critic: bool = False) -> PlacementPlan:
     """The run's plan; ``cpus_per_bundle=0`` resolves to ``bundle_cpus``."""
-    plan = PlacementPlan.build(world_size, cfg.num_engines, colocate, cfg.cpus_per_bundle, cfg.device)
+    plan = PlacementPlan.build(world_size, cfg.num_engines, colocate, cfg.cpus_per_bundle, cfg.device, critic)
     if cfg.cpus_per_bundle == 0:
         plan = replace(plan, cpus_per_bundle=bundle_cpus(cfg, plan.num_bundles))
     return plan
@@ -119,10 +121,11 @@ def check_placeable(plan: PlacementPlan, resources: Mapping[str, float], where: 
     )
 
 
-def check_local_ray_placeable(cfg: "ClusterConfig", world_size: int, colocate: bool) -> PlacementPlan:
+def check_local_ray_placeable(cfg: "ClusterConfig", world_size: int, colocate: bool,
+                              critic: bool = False) -> PlacementPlan:
     """The pre-flight of a run on a local Ray (``cluster.address`` empty): its plan, checked
     against the Ray heron would start -- no Ray needed (``heron check`` and ``RayExecutor``)."""
-    plan = plan_for(cfg, world_size, colocate)
+    plan = plan_for(cfg, world_size, colocate, critic)
     if not cfg.address:
         check_placeable(plan, local_resources(cfg), f"a local Ray of cluster.num_cpus={cfg.num_cpus}")
     return plan

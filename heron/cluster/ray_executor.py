@@ -24,10 +24,12 @@ from heron.cluster.engine_group import RemoteEngine
 from heron.cluster.placement import actor_options, check_local_ray_placeable, check_placeable, plan_for, reserve
 from heron.cluster.ray_session import start_ray
 from heron.cluster.remote_call import ActorRef, wait_all
-from heron.cluster.remote_residency import attach_remote_residency
+from heron.cluster.remote_critic import RemoteCritic
+from heron.cluster.remote_residency import attach_actors, attach_remote_residency
 from heron.cluster.trainer_group import RankSpec, TrainerGroup, build_trainer_rank
 from heron.config.cluster import ClusterConfig
 from heron.config.train import TrainConfig
+from heron.critic.build import CriticSpec, build_critic
 from heron.residency.coordinator import Coordinator
 from heron.residency.wiring import ResidencySettings
 from heron.rollout.registry import EngineSpec, build_engine
@@ -47,6 +49,8 @@ class RaySettings:
     colocate: bool
     residency: ResidencySettings
     weight_dir: str
+    critic: bool = False
+    """The run has a critic (``algo.advantage=gae``): its actor shares trainer rank 0's bundle."""
 
 class RayExecutor:
     def __init__(self, settings: RaySettings):
@@ -59,9 +63,9 @@ class RayExecutor:
         self.closed = False
         world, colocate = settings.train.world_size, settings.colocate
         if ray.is_initialized():  # Ray is already there: checked against its real resources below
-            self.plan = plan_for(self.cluster, world, colocate)
+            self.plan = plan_for(self.cluster, world, colocate, settings.critic)
         else:  # a local Ray's size is known from the config: fail before starting it
-            self.plan = check_local_ray_placeable(self.cluster, world, colocate)
+            self.plan = check_local_ray_placeable(self.cluster, world, colocate, settings.critic)
         self.started_ray = start_ray(self.cluster)
         atexit.register(self.close)
         try:
@@ -104,6 +108,18 @@ class RayExecutor:
             self._join_weight_group(ranks[0])
         transport = build_transport(self.cluster.weight_transport, self.settings.weight_dir, self.cluster.call_timeout_s)
         return TrainerGroup(ranks, train.steps_per_rollout, transport, self.cluster.call_timeout_s)
+
+    def critic(self, spec: CriticSpec, coordinator: Coordinator) -> RemoteCritic:
+        """The critic's actor on trainer rank 0's bundle, built like the local one, with its residency
+        attached inside and its proxy registered with the run's coordinator (offloaded like the trainer)."""
+        bundle = self.plan.critic_bundles[0]
+        actor = self._spawn("critic", bundle)
+        self._build_all([(actor, actor.submit_host("build", build_critic, spec))], "build critic")
+        critic = RemoteCritic(actor, self.cluster.call_timeout_s)
+        settings = self.settings.residency
+        critic.residency = attach_actors([actor], [bundle], settings.offload_train, settings, coordinator,
+                                         self.cluster.startup_timeout_s)
+        return critic
 
     def residency(self, trainer: TrainerGroup, engine: RemoteEngine) -> Coordinator:
         """Attaches residency inside every actor and proxies on the driver; returns the

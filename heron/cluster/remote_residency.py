@@ -162,7 +162,7 @@ def _concurrently(calls: list) -> list[BaseException | None]:
     return [f.exception() for f in futures]
 
 
-def _attach(actors: list[ActorRef], bundles: list[int], offload: bool, settings: ResidencySettings,
+def attach_actors(actors: list[ActorRef], bundles: list[int], offload: bool, settings: ResidencySettings,
             coordinator: Coordinator, timeout_s: float) -> ResidencySet:
     """Attaches residency inside every actor (concurrently), then registers their proxies."""
     wait_s = settings.wait_timeout_s
@@ -178,6 +178,6 @@ def attach_remote_residency(trainer, engine, plan: "PlacementPlan", settings: Re
     """Gives every trainer rank and engine actor its residency and the stand-ins their sets;
     returns the coordinator (arbitration by bundle when colocated; memory metrics always)."""
     coordinator = Coordinator(settings.colocate)
-    trainer.residency = _attach(trainer.ranks, plan.trainer_bundles, settings.offload_train, settings, coordinator, timeout_s)
-    engine.residency = _attach(engine.engines, plan.engine_bundles, settings.offload_rollout, settings, coordinator, timeout_s)
+    trainer.residency = attach_actors(trainer.ranks, plan.trainer_bundles, settings.offload_train, settings, coordinator, timeout_s)
+    engine.residency = attach_actors(engine.engines, plan.engine_bundles, settings.offload_rollout, settings, coordinator, timeout_s)
     return coordinator

@@ -12,11 +12,14 @@ class AlgoConfig:
     """The RL objective: advantage estimator, policy loss, its aggregation, KL and entropy
     regularisation, and the engine-mismatch correction (formulas: docs/algorithms.md)."""
 
-    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"] = doc(
+    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae"] = doc(
         "grpo: (r - mean) / (std + eps) per group; dr_grpo: r - mean; rloo: r - mean of the other samples; "
-        "reinforce_plus_plus: (r - batch mean) / batch std; reinforce_plus_plus_baseline: (r - group mean) / batch std.",
+        "reinforce_plus_plus: (r - batch mean) / batch std; reinforce_plus_plus_baseline: (r - group mean) / batch std; "
+        "gae: PPO with a learned critic (the critic section), GAE per token, whitened over the batch.",
         "grpo",
     )
+    gamma: float = doc("Discount gamma of GAE over response tokens (algo.advantage=gae), in [0, 1].", 1.0)
+    lam: float = doc("GAE's lambda (algo.advantage=gae), in [0, 1]: 1 = Monte-Carlo return minus V, 0 = one-step TD.", 1.0)
     loss: Literal["ppo_clip", "gspo", "cispo"] = doc(
         "Policy loss: ppo_clip (token ratio, clipped surrogate); gspo (sequence ratio, sequence clipping; needs "
         "loss_agg=seq-mean-token-mean); cispo (clipped stop-gradient IS weight, every token keeps a gradient).",
@@ -59,6 +62,12 @@ class AlgoConfig:
         check(self.clip_high >= 0, f"algo.clip_high must be >= 0, got {self.clip_high}")
         check(self.clip_ratio_c == 0 or self.clip_ratio_c > 1, f"algo.clip_ratio_c must be 0 (off) or > 1, got {self.clip_ratio_c}")
         check(self.max_log_ratio >= 0, f"algo.max_log_ratio must be >= 0, got {self.max_log_ratio}")
+        check(0 <= self.gamma <= 1, f"algo.gamma must be in [0, 1], got {self.gamma}")
+        check(0 <= self.lam <= 1, f"algo.lam must be in [0, 1], got {self.lam}")
+        check(
+            self.advantage != "gae" or self.loss != "gspo",
+            "algo.advantage=gae gives one advantage per token, but algo.loss=gspo clips per sequence; use ppo_clip or cispo",
+        )
         check(self.kl_coef >= 0, f"algo.kl_coef must be >= 0, got {self.kl_coef}")
         check(self.entropy_coef >= 0, f"algo.entropy_coef must be >= 0, got {self.entropy_coef}")
         check(not self.kl_in_reward or self.kl_coef > 0, "algo.kl_in_reward needs algo.kl_coef > 0 (the weight of the KL penalty)")

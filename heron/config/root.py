@@ -9,6 +9,7 @@ from heron.config.algo_checks import check_algo_combinations
 from heron.config.base import apply_overrides, build, check, doc, load_yaml
 from heron.config.checkpoint import CheckpointConfig
 from heron.config.cluster import ClusterConfig
+from heron.config.critic import CriticConfig
 from heron.config.data import DataConfig
 from heron.config.engine import EngineConfig
 from heron.config.eval import EvalConfig
@@ -35,6 +36,7 @@ class HeronConfig:
     engine: EngineConfig = doc("Rollout engine backend: embedded (in-process HF), vllm (a vLLM server), ...", factory=EngineConfig)
     algo: AlgoConfig = doc("Advantages, loss and KL.", factory=AlgoConfig)
     train: TrainConfig = doc("Optimizer and batching.", factory=TrainConfig)
+    critic: CriticConfig = doc("Value model of PPO with a learned critic (algo.advantage=gae).", factory=CriticConfig)
     reward: RewardConfig = doc("Reward function.", factory=RewardConfig)
     eval: EvalConfig = doc("Held-out evaluation.", factory=EvalConfig)
     sft: SFTConfig = doc("Supervised warm start (heron sft).", factory=SFTConfig)

@@ -37,4 +37,6 @@ def concat(parts: list[TrainBatch]) -> TrainBatch:
         advantages=torch.cat([p.advantages for p in parts]),
         old_logprobs=torch.cat([p.old_logprobs for p in parts]),
         mismatch_weights=None if parts[0].mismatch_weights is None else torch.cat([p.mismatch_weights for p in parts]),
+        returns=None if parts[0].returns is None else torch.cat([p.returns for p in parts]),
+        old_values=None if parts[0].old_values is None else torch.cat([p.old_values for p in parts]),
     )

@@ -23,11 +23,15 @@ class TrainBatch:
     input_ids: torch.Tensor  # [B, L] long, right-padded
     attention_mask: torch.Tensor  # [B, L] long
     loss_mask: torch.Tensor  # [B, L-1] float: 1 where target input_ids[:, t+1] is a policy token
-    advantages: torch.Tensor  # [B] float
+    advantages: torch.Tensor  # [B] float, or [B, L-1] token-level (algo.advantage=gae; 0 off the loss positions)
     old_logprobs: torch.Tensor  # [B, L-1] float: engine logprobs on loss positions, 0 elsewhere
     # [B, L-1] float or None: per-token weights of the policy loss that correct the engine/trainer
     # mismatch (algo.off_policy); set by the trainer after it recomputes old_logprobs
     mismatch_weights: torch.Tensor | None = None
+    # PPO with a learned critic: [B, L-1] value targets R_t and the values V_old they were computed
+    # with (the value loss clips around them), on the loss positions, 0 elsewhere; else None
+    returns: torch.Tensor | None = None
+    old_values: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -50,6 +54,8 @@ class TrainBatch:
             advantages=self.advantages[index],
             old_logprobs=self.old_logprobs[index],
             mismatch_weights=None if self.mismatch_weights is None else self.mismatch_weights[index],
+            returns=None if self.returns is None else self.returns[index],
+            old_values=None if self.old_values is None else self.old_values[index],
         )
 
     def chunks(self, size: int) -> Iterator["TrainBatch"]:
@@ -78,7 +84,8 @@ def collate(samples: Sequence[Sample], pad_token_id: int) -> TrainBatch:
         # response token j sits at position p + j and is predicted from position p + j - 1
         loss_mask[row, p - 1 : p - 1 + r] = torch.tensor(s.loss_mask, dtype=torch.float32)
         old_logprobs[row, p - 1 : p - 1 + r] = torch.tensor(s.response_logprobs, dtype=torch.float32)
-    advantages = torch.tensor([0.0 if s.advantage is None else s.advantage for s in samples])
+    critic = token_level(samples, loss_mask.shape)  # (advantages, returns, old values) [B, L-1] or None
+    advantages = torch.tensor([0.0 if s.advantage is None else s.advantage for s in samples]) if critic is None else critic[0]
     return TrainBatch(
         rollout_id=samples[0].rollout_id,
         policy_version=min(s.policy_version for s in samples),
@@ -88,4 +95,21 @@ def collate(samples: Sequence[Sample], pad_token_id: int) -> TrainBatch:
         loss_mask=loss_mask,
         advantages=advantages,
         old_logprobs=old_logprobs,
+        returns=None if critic is None else critic[1],
+        old_values=None if critic is None else critic[2],
     )
+
+
+def token_level(samples: Sequence[Sample], shape: torch.Size) -> tuple[torch.Tensor, ...] | None:
+    """Token-level advantages, returns and old values [B, L-1] at the response positions (as
+    ``collate`` places the loss mask), or None when the samples carry per-sequence advantages."""
+    if all(s.token_advantages is None for s in samples):
+        return None
+    out = tuple(torch.zeros(shape, dtype=torch.float32) for _ in range(3))  # [B, L-1] each
+    for row, s in enumerate(samples):
+        if s.token_advantages is None or s.returns is None or s.values is None:
+            raise ValueError(f"sample {s.sample_id} has no token-level advantages while others of its batch do")
+        p, r = len(s.prompt_tokens), len(s.response_tokens)
+        for tensor, values in zip(out, (s.token_advantages, s.returns, s.values)):
+            tensor[row, p - 1 : p - 1 + r] = torch.tensor(values, dtype=torch.float32)
+    return out

@@ -22,7 +22,6 @@ from heron.checkpoint.run_state import TrainerState
 from heron.checkpoint.shards import ModuleShards, SavedShards, ShardRequest
 from heron.config.train import TrainConfig
 from heron.device import to_host
-from heron.lora import trainable_parameters
 from heron.residency import Holdings, Resident, host_only, needs_device
 from heron.residency.snapshot import host_snapshot
 from heron.trainer.batch import TrainBatch
@@ -31,6 +30,7 @@ from heron.trainer.logprobs import forward_logprobs
 from heron.trainer.lr_schedule import build_scheduler
 from heron.trainer.nonfinite import nonfinite_error, nonfinite_values
 from heron.trainer.objectives import Objective
+from heron.trainer.optimizer import build_adamw, trained_tensors
 from heron.trainer.old_logprobs import plan_old_logprobs
 from heron.weights.handle import InMemory, WeightHandle
 
@@ -61,9 +61,7 @@ class PolicyTrainer(Resident):
         self.reference = reference.eval().requires_grad_(False) if reference is not None else None
         # engines' weights from the trainer's state dict (LoRA: merged, heron.lora.engine_view)
         self._engine_view = engine_view or (lambda state: state)
-        self.optimizer = torch.optim.AdamW(  # frozen parameters (LoRA's base weights) get no state
-            trainable_parameters(model), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
-        )
+        self.optimizer = build_adamw(model, cfg)  # frozen parameters (LoRA's base weights) get no state
         self.scheduler = build_scheduler(
             self.optimizer, warmup_steps=cfg.warmup_steps, total_steps=total_steps,
             schedule=cfg.lr_schedule, min_lr_ratio=cfg.min_lr_ratio,
@@ -117,7 +115,7 @@ class PolicyTrainer(Resident):
         if self._forward_mismatch:
             mismatch = self._mismatch_metrics(combine_stats(self._forward_mismatch))
         recomputed = float(self.old_logprob_plan.runs_forward)
-        return {**_mean_over_applied(steps), **mismatch, "old_logprobs_recomputed": recomputed}
+        return {**mean_over_applied(steps), **mismatch, "old_logprobs_recomputed": recomputed}
 
     def _recompute_old_logprobs(self, batch: TrainBatch) -> dict[str, float]:
         """Replaces the engine's logprobs by the trainer's and sets the mismatch correction; the
@@ -238,12 +236,8 @@ class PolicyTrainer(Resident):
         model, reference, optimizer = self.model, self.reference, self.optimizer
 
         def inventory():
-            params = list(model.parameters())
             return {
-                "params": params,
-                "grads": [p.grad for p in params if p.grad is not None],
-                "optimizer": [v for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)],
-                "buffers": list(model.buffers()),
+                **trained_tensors(model, optimizer),
                 "reference": [] if reference is None else [*reference.parameters(), *reference.buffers()],
             }
 
@@ -299,7 +293,7 @@ class PolicyTrainer(Resident):
         return out_dir
 
 
-def _mean_over_applied(steps: list[tuple[dict[str, float], bool]]) -> dict[str, float]:
+def mean_over_applied(steps: list[tuple[dict[str, float], bool]]) -> dict[str, float]:
     """Mean of each metric over the applied steps (over all steps if none was applied, so a
     rollout whose every step was skipped shows its nan loss), plus ``nonfinite_skipped``."""
     applied = [sums for sums, ok in steps if ok] or [sums for sums, _ in steps]

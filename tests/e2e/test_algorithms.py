@@ -6,7 +6,8 @@ Every run makes two optimizer steps per rollout, so the second step is off-polic
 losses' ratio handling (token clip, sequence clip, clipped IS weight) is exercised, not just
 a plain policy gradient at ratio 1. The DAPO run's ``reward/mean`` covers only the kept
 (mixed) groups, so it is judged on ``dynamic_sampling/reward_mean_drawn``, the mean over every
-sample drawn. Numbers measured on this machine are in the issue notes; the threshold is the
+sample drawn. The critic PPO run (``gae``) also checks that its value model learned: V starts at 0
+and its mean ends near the reward level. Numbers measured on this machine are in the issue notes; the threshold is the
 one of test_toy_run (last four rollouts' mean above the first rollout's + 0.2).
 """
 
@@ -32,12 +33,13 @@ FAMILIES = {
     "rloo": ["algo.advantage=rloo", "algo.kl_coef=0.01", "algo.kl_in_reward=true", "algo.kl_estimator=k1"],
     "gspo": ["algo.loss=gspo", "algo.loss_agg=seq-mean-token-mean", "algo.clip_low=3e-4", "algo.clip_high=4e-4"],
     "cispo": ["algo.loss=cispo", "algo.clip_low=1", "algo.clip_high=0.28"],
+    "gae": ["algo.advantage=gae", "critic.lr=1e-3"],  # PPO with a learned critic
     "dapo": [
         "rollout.dynamic_sampling.enabled=true", "rollout.dynamic_sampling.max_rounds=3", "algo.clip_low=0.2",
         "algo.clip_high=0.28", "reward.overlong_buffer=1", "algo.off_policy.mode=tis",
     ],
 }
-FAST = {"reinforce_plus_plus", "rloo", "gspo", "cispo", "dapo"}
+FAST = {"reinforce_plus_plus", "rloo", "gspo", "cispo", "dapo", "gae"}
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +63,8 @@ def test_family_raises_the_reward(warm_start, family):
     rewards = [r[key] for r in records]
     print(family, "rewards", [round(r, 3) for r in rewards])
     assert sum(rewards[-4:]) / 4 > rewards[0] + 0.2, rewards
+    if family == "gae":  # the critic learned the reward's level: its mean value left 0 towards the rewards
+        assert records[-1]["critic/value_mean"] > 0.25 and all(r["critic/value_loss"] > 0 for r in records)
     if family == "dapo":
         assert all(r["dynamic_sampling/groups_drawn"] >= 8 for r in records)
         assert any(r["dynamic_sampling/rounds"] > 0 for r in records), "no group was ever dropped: the filter did not run"

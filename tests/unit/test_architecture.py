@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2] / "heron"
-PURE = ["algo", "trainer", "config", "data", "reward", "records.py", "seeding.py", "rollout/sampling.py"]
+PURE = ["algo", "trainer", "critic", "config", "data", "reward", "records.py", "seeding.py", "rollout/sampling.py"]
 FORBIDDEN_MODULES = ("torch.cuda", "torch.distributed", "ray", "torch_memory_saver", "heron.cluster", "heron.parallel")
 FORBIDDEN_CALLS = ("cuda", "pin_memory", "untyped_storage", "resize_", "empty_cache")
 
@@ -209,7 +209,7 @@ def test_no_function_over_60_lines():
 # protocol modules.
 ENDPOINT_TYPES = {
     "PolicyTrainer", "DataParallelTrainer", "TrainerGroup", "Trainer", "EmbeddedEngine", "RemoteEngine",
-    "RolloutEngine", "ServerEngine", "WeightHandle", "InMemory", "SafetensorsFile", "ObjectStore", "Broadcast",
+    "RolloutEngine", "ServerEngine", "Critic", "RemoteCritic", "WeightHandle", "InMemory", "SafetensorsFile", "ObjectStore", "Broadcast",
 }
 PROTOCOL_MODULES = {"trainer/protocol.py", "rollout/engine.py", "weights/handle.py"}
 

@@ -81,3 +81,20 @@ def test_where_old_logprobs_come_from_may_change_on_resume():
     check_config("rollout-000004", saved, config_fingerprint(to_dict(load_config(None, [*base, "train.old_logprobs_forward=always"]))))
     before_the_key = {k: v for k, v in saved.items() if k != "train.old_logprobs_forward"}
     check_config("rollout-000004", before_the_key, saved)
+
+
+def test_critic_keys_count_only_for_a_run_with_a_critic():
+    """critic.* and algo.gamma / algo.lam change what a run computes only with algo.advantage=gae:
+    without it a checkpoint saved before the keys existed still resumes; with it they must match."""
+    from heron.checkpoint.fingerprint import config_fingerprint
+    from heron.config.base import to_dict
+
+    base = ["model.path=m", "data.path=d.jsonl"]
+    saved = config_fingerprint(to_dict(load_config(None, base)))
+    before_the_keys = {k: v for k, v in saved.items() if not k.startswith("critic.") and k not in ("algo.gamma", "algo.lam")}
+    check_config("rollout-000004", before_the_keys, saved)
+    gae = [*base, "algo.advantage=gae"]
+    saved = config_fingerprint(to_dict(load_config(None, gae)))
+    for changed in ("critic.lr=0.5", "algo.lam=0.9", "critic.value_clip=0.5"):
+        with pytest.raises(CheckpointMismatchError, match=changed.split("=")[0]):
+            check_config("rollout-000004", saved, config_fingerprint(to_dict(load_config(None, [*gae, changed]))))

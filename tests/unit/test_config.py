@@ -24,7 +24,7 @@ def test_defaults_and_overrides_build_typed_sections():
         (["rollout.batch_size=four"], "config key 'rollout.batch_size' must be an integer, got 'four'"),
         (["rollout.batch_size=0"], "rollout.batch_size must be >= 1, got 0"),
         (["tracking.plot=maybe"], "config key 'tracking.plot' must be true or false, got 'maybe'"),
-        (["algo.advantage=ppo"], "config key 'algo.advantage' must be one of ['grpo', 'dr_grpo', 'rloo', 'reinforce_plus_plus', 'reinforce_plus_plus_baseline'], got 'ppo'"),
+        (["algo.advantage=ppo"], "config key 'algo.advantage' must be one of ['grpo', 'dr_grpo', 'rloo', 'reinforce_plus_plus', 'reinforce_plus_plus_baseline', 'gae'], got 'ppo'"),
         (["rollout=3"], "config key 'rollout' must be a mapping of sub-keys, got 3"),
         (["train.steps_per_rollout=3"], "train.steps_per_rollout=3 must divide the 32 samples of a rollout"),
         (["rollout.top_p=1.5"], "rollout.top_p must be in (0, 1], got 1.5"),

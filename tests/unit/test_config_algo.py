@@ -33,6 +33,16 @@ BASE = ["model.path=m", "data.path=d.jsonl"]
         (["reward.overlong_buffer=16"], "reward.overlong_buffer=16 must be < rollout.max_new_tokens=16"),
         (["rollout.dynamic_sampling.enabled=true", "loop.mode=async", "cluster.backend=ray"],
          "rollout.dynamic_sampling needs loop.mode=sync"),
+        # PPO with a learned critic
+        (["critic.lr=1e-3"], "the critic section trains a value model, but algo.advantage=grpo does not use one"),
+        (["algo.advantage=rloo", "critic.value_clip=0.5"], "but algo.advantage=rloo does not use one; set algo.advantage=gae"),
+        (["algo.advantage=gae", "hooks.advantage=my.py:adv"], "hooks.advantage replaces the advantage estimator, but algo.advantage=gae"),
+        (["algo.advantage=gae", "hooks.policy_loss=my.py:loss"], "hooks.policy_loss gets one advantage per sequence"),
+        (["algo.advantage=gae", "algo.loss=gspo", "algo.loss_agg=seq-mean-token-mean"], "algo.advantage=gae gives one advantage per token, but algo.loss=gspo"),
+        (["algo.advantage=gae", "critic.value_clip=0"], "critic.value_clip must be > 0"),
+        (["algo.advantage=gae", "critic.lr=0"], "critic.lr must be > 0"),
+        (["algo.advantage=gae", "algo.gamma=1.5"], "algo.gamma must be in [0, 1], got 1.5"),
+        (["algo.advantage=gae", "algo.lam=-0.1"], "algo.lam must be in [0, 1], got -0.1"),
     ],
 )
 def test_invalid_combinations_are_one_line_errors(overrides, message):
@@ -52,6 +62,9 @@ def test_invalid_combinations_are_one_line_errors(overrides, message):
         ["algo.kl_coef=0.01", "algo.kl_in_reward=true", "algo.kl_estimator=k1"],
         ["algo.off_policy.mode=mis", "algo.clip_ratio_c=3", "algo.loss_agg=seq-mean-token-sum-norm"],
         ["rollout.dynamic_sampling.enabled=true", "reward.overlong_buffer=4", "algo.entropy_coef=0.001"],
+        # a critic needs no groups: one sample per prompt is fine
+        ["algo.advantage=gae", "rollout.samples_per_prompt=1", "critic.lr=1e-3", "critic.path=other", "algo.lam=0.95"],
+        ["algo.advantage=gae", "algo.loss=cispo", "algo.clip_low=1", "algo.kl_coef=0.01", "algo.kl_in_reward=true"],
     ],
 )
 def test_valid_combinations(overrides):
@@ -66,5 +79,7 @@ def test_heron_config_documents_every_algo_key():
     for key in ["algo.loss_agg", "algo.clip_ratio_c", "algo.max_log_ratio", "algo.kl_in_reward", "algo.entropy_coef",
                 "algo.off_policy.mode", "algo.off_policy.tis_cap", "algo.off_policy.mask_low", "algo.off_policy.mask_high",
                 "rollout.dynamic_sampling.enabled", "rollout.dynamic_sampling.max_rounds",
-                "reward.overlong_buffer", "reward.overlong_penalty"]:
+                "reward.overlong_buffer", "reward.overlong_penalty", "algo.gamma", "algo.lam",
+                "critic.path", "critic.lr", "critic.weight_decay", "critic.betas", "critic.eps", "critic.grad_clip",
+                "critic.value_clip"]:
         assert rows.get(key), key

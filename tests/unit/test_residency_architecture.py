@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from heron.cluster.engine_group import RemoteEngine
+from heron.cluster.remote_critic import RemoteCritic
+from heron.critic.critic import Critic
 from heron.cluster.trainer_group import TrainerGroup
 from heron.parallel.dp_trainer import DataParallelTrainer
 from heron.residency import Resident, host_only, needs_device, undeclared_operations
@@ -15,7 +17,8 @@ from heron.trainer.policy_trainer import PolicyTrainer
 
 
 @pytest.mark.parametrize(
-    "component", [PolicyTrainer, EmbeddedEngine, DataParallelTrainer, RemoteEngine, TrainerGroup, ServerEngine]
+    "component", [PolicyTrainer, EmbeddedEngine, DataParallelTrainer, RemoteEngine, TrainerGroup, ServerEngine,
+                  Critic, RemoteCritic]
 )
 def test_every_public_operation_declares_its_needs(component):
     assert undeclared_operations(component) == []
@@ -57,3 +60,17 @@ def test_declarations_of_the_operations_that_matter():
         if name in stand_ins[component]:
             assert declared_need(stand_ins[component][name]) == need, ("stand-in", component, name)
     assert host_only  # imported for the public API check above
+
+
+def test_the_critic_declares_its_operations_and_its_stand_in_the_same():
+    """The critic (algo.advantage=gae) wakes for its values, updates and checkpoints; waiting for
+    an async save and its metadata never wake it; the Ray stand-in declares the same verbs."""
+    expected = {
+        "values": NEEDS_DEVICE, "train": NEEDS_DEVICE, "save_state": NEEDS_DEVICE, "load_state": NEEDS_DEVICE,
+        "wait_saved": HOST_ONLY, "holdings": HOST_ONLY, "sleep": LIFECYCLE, "wake": LIFECYCLE,
+    }
+    local, remote = public_operations(Critic), public_operations(RemoteCritic)
+    for name, need in expected.items():
+        assert declared_need(local[name]) == need, ("critic", name)
+        assert declared_need(remote[name]) == need, ("remote critic", name)
+    assert declared_need(local["device"]) == HOST_ONLY

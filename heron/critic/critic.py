@@ -1,0 +1,130 @@
+"""The critic: owns the value model and its own AdamW, gives the advantage stage its values and
+takes PPO's clipped value-loss steps on the rollout (the same mini-batches and steps as the policy).
+
+Like ``PolicyTrainer`` it knows nothing about where it runs: residency (sleep/wake) and the Ray
+host are attached from outside, and each public operation declares what it needs
+(``@needs_device`` wakes it if it sleeps; ``@host_only`` never does): see docs/residency.md.
+
+One update (``train``), per mini-batch j of ``train.steps_per_rollout`` (micro-batched, gradients
+accumulated), with R = the GAE returns and V_old the values the advantages were computed with:
+
+    loss_j = sum_t m_t 0.5 max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2) / sum_t m_t
+
+(token-mean over the mini-batch, ``heron.algo.value_loss``; c = ``critic.value_clip``), then a
+clipped-norm AdamW step at the constant ``critic.lr``. The LR has no schedule, so the critic's
+whole state is its tensors (model + AdamW, in the checkpoint's ``critic/`` folder).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+import torch
+
+from heron.algo.masked import masked_mean
+from heron.algo.value_loss import clipped_value_loss, explained_variance
+from heron.checkpoint.shards import SavedShards, ShardRequest
+from heron.config.critic import CriticConfig
+from heron.critic.state import CriticCheckpoint
+from heron.residency import Holdings, Resident, host_only, needs_device
+from heron.trainer.batch import TrainBatch
+from heron.trainer.optimizer import build_adamw, trained_tensors
+from heron.trainer.nonfinite import nonfinite_error, nonfinite_values
+from heron.trainer.policy_trainer import mean_over_applied
+
+if TYPE_CHECKING:
+    from heron.checkpoint.reader import Checkpoint
+
+log = logging.getLogger("heron.critic")
+
+
+class Critic(Resident):
+    def __init__(self, model: torch.nn.Module, cfg: CriticConfig, *, steps_per_rollout: int,
+                 micro_batch_size: int, on_nonfinite: str = "error"):
+        self.model = model.train()
+        self.cfg = cfg
+        self.steps_per_rollout = steps_per_rollout
+        self.micro_batch_size = micro_batch_size
+        self.on_nonfinite = on_nonfinite
+        self.optimizer = build_adamw(model, cfg)
+        self._checkpoint = CriticCheckpoint(self.model, self.optimizer)
+
+    @property
+    @host_only
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @needs_device
+    @torch.no_grad()
+    def values(self, batch: TrainBatch) -> torch.Tensor:
+        """V_t [B, L-1] of every row at the current weights, 0 off the loss positions."""
+        parts = [self.model(mb.input_ids, mb.attention_mask) for mb in batch.chunks(self.micro_batch_size)]
+        return torch.cat(parts) * batch.loss_mask
+
+    @needs_device
+    def train(self, batch: TrainBatch) -> dict[str, float]:
+        """``train.steps_per_rollout`` value-loss steps on the batch's mini-batches (the policy's
+        split); returns means over the applied steps: value_loss, clip_frac (tokens whose clipped
+        branch won, so no gradient), grad_norm, and over the batch: value_mean (of V_old) and
+        explained_variance (1 - Var(R - V_old) / Var(R)), nonfinite_skipped."""
+        if batch.returns is None or batch.old_values is None:
+            raise ValueError("the critic trains on returns and old values: the batch has none (algo.advantage=gae sets them)")
+        mini_size = len(batch) // self.steps_per_rollout
+        steps = [self._step(batch.select(slice(i * mini_size, (i + 1) * mini_size)), batch.rollout_id, i)
+                 for i in range(self.steps_per_rollout)]
+        return {
+            **mean_over_applied(steps),
+            "value_mean": float(masked_mean(batch.old_values, batch.loss_mask)),
+            "explained_variance": explained_variance(batch.old_values, batch.returns, batch.loss_mask),
+        }
+
+    def _step(self, mini: TrainBatch, rollout_id: int, step: int) -> tuple[dict[str, float], bool]:
+        """(metric sums, whether applied): one optimizer step; a non-finite loss or grad norm is never applied."""
+        normalizer = max(mini.num_loss_tokens, 1.0)  # token-mean over the whole mini-batch
+        sums: dict[str, float] = defaultdict(float)
+        for micro in mini.chunks(self.micro_batch_size):
+            values = self.model(micro.input_ids, micro.attention_mask)  # [b, L-1]
+            out = clipped_value_loss(values, micro.old_values, micro.returns, micro.loss_mask,
+                                     clip=self.cfg.value_clip, normalizer=normalizer)
+            out.loss.backward()
+            sums["value_loss"] += float(out.loss.detach())
+            sums["clip_frac"] += float(out.clip_fraction)
+        max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
+        sums["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
+        found = nonfinite_values(value_loss=sums["value_loss"], grad_norm=sums["grad_norm"])
+        if found:
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.on_nonfinite == "error":
+                raise nonfinite_error(f"critic {found}", rollout_id, step, self.steps_per_rollout)
+            log.warning("skipped critic step %d of rollout %d: non-finite %s (train.on_nonfinite=skip)", step + 1, rollout_id, found)
+            return sums, False
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return sums, True
+
+    @host_only
+    def holdings(self) -> Holdings:
+        """Params, grads, optimizer state and buffers of the value model; the model is guarded
+        while asleep, and so is the optimizer's step."""
+        model, optimizer = self.model, self.optimizer
+        return Holdings(lambda: trained_tensors(model, optimizer), [("critic", model)], [optimizer], device=self.device)
+
+    # --- checkpoint: the critic's part of the run's one save path (heron.critic.state) ---------
+    @needs_device
+    def save_state(self, request: ShardRequest) -> SavedShards:
+        """Writes (or, async, stages) value model + AdamW into the checkpoint's ``critic/``
+        folder; returns their fingerprint. The live tensors are free when it returns."""
+        return self._checkpoint.save(request)
+
+    @host_only
+    def wait_saved(self) -> dict[str, str]:
+        """Waits for the critic's shard write in flight; {path: checksum} of its files."""
+        return self._checkpoint.wait_saved()
+
+    @needs_device
+    def load_state(self, checkpoint: Checkpoint) -> None:
+        """Restores value model + AdamW from the checkpoint's ``critic/`` folder, after checking
+        that they fit (one-line error, nothing loaded, if not)."""
+        self._checkpoint.load(checkpoint)

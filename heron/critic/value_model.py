@@ -1,0 +1,38 @@
+"""The value model: the policy's architecture (an HF base model) with a scalar value head.
+
+Legend: B = sequences, L = padded prompt+response length, L-1 = positions that predict a token,
+H = hidden size.
+
+Alignment: ``values[:, t]`` is V(s_t), the value of the state after tokens 0..t, in which the
+policy chooses token t+1. It sits at the same index as ``TrainBatch.loss_mask[:, t]`` and the
+policy's ``logprobs[:, t]`` (both about token t+1), so GAE's V_t belongs to the action scored at
+t. The head starts at zero (V = 0 everywhere until the first update: the first advantages are
+the discounted rewards), independent of any random stream.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class ValueModel(torch.nn.Module):
+    def __init__(self, backbone: torch.nn.Module, hidden_size: int):
+        super().__init__()
+        self.backbone = backbone
+        self.value_head = torch.nn.Linear(hidden_size, 1, dtype=torch.float32)
+        torch.nn.init.zeros_(self.value_head.weight)
+        torch.nn.init.zeros_(self.value_head.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """values [B, L-1] (fp32) from input_ids, attention_mask [B, L]."""
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        return self.value_head(hidden[:, :-1].float()).squeeze(-1)  # [B, L-1, H] -> [B, L-1]
+
+
+def load_value_model(path: str, dtype: str) -> ValueModel:
+    """A value model on the backbone of the HF folder ``path`` (a causal LM folder loads its base
+    model; its LM head is dropped)."""
+    from heron.models import load_backbone
+
+    backbone = load_backbone(path, dtype)
+    return ValueModel(backbone, backbone.config.hidden_size)

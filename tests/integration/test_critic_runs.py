@@ -1,0 +1,171 @@
+"""PPO with a learned critic (``algo.advantage=gae``) in real runs of the toy model, under a reward
+the random model varies on (so values, value loss and both updates are non-zero):
+
+- colocated with offload (trainer, critic and engine take turns on the device, each resting
+  asleep) gives bit-identical metrics, policy and critic parameters and AdamW states to a run
+  without offload;
+- a run stopped after a checkpoint and resumed equals the straight run bit for bit, the critic's
+  parameters and AdamW moments included (its state lives in the checkpoint's ``critic/`` folder);
+- a checkpoint without a critic does not resume into a critic run, in one line;
+- on the Ray backend the critic runs in its own actor next to trainer rank 0, colocated with
+  offload, and saves its part of the checkpoint.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from heron.checkpoint.dcp_io import live_state
+from heron.checkpoint.errors import CheckpointError
+from heron.config.root import load_config
+from heron.loop import run_rollouts
+from heron.reward.builtin import BUILTIN_REWARDS
+from heron.rl_run import RLRun
+from heron.tracking.metrics_file import read_jsonl
+from tests.run_compare import comparable
+from tests.tolerance import RAY_START
+from tests.toy_run import toy_run_overrides
+
+NUM_ROLLOUTS, STOP_AFTER = 3, 0  # checkpoints after every rollout; the stopped run ends after rollout 0
+
+
+def _length_reward(prompt, response: str) -> float:
+    """Varies on the random toy model, so the critic has something to fit."""
+    return len(response.strip()) / 8.0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def length_reward():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(BUILTIN_REWARDS, "test_length", _length_reward)
+        yield
+
+
+def _config(toy_model_dir, toy_data_path, run_dir: Path, *extra: str):
+    return load_config(None, toy_run_overrides(
+        toy_model_dir, toy_data_path, run_dir, "algo.advantage=gae", "reward.fn=test_length", "critic.lr=1e-2",
+        "algo.lam=0.95", "train.steps_per_rollout=2", "train.micro_batch_size=1", f"rollout.num_rollouts={NUM_ROLLOUTS}",
+        "checkpoint.interval=1", *extra,
+    ))
+
+
+class _Stop(Exception):
+    pass
+
+
+def _run(cfg, stop_after: int | None = None) -> dict:
+    """Runs the loop; returns the final tensors of policy and critic (params and AdamW state), awake."""
+    with RLRun(cfg) as run:
+        def observer(batch, record):
+            if batch.rollout_id == stop_after:
+                raise _Stop
+        try:
+            run_rollouts(run, observer)
+        except _Stop:
+            return {}
+        return {"policy": _tensors(run.c.trainer), "critic": _tensors(run.c.critic)}
+
+
+def _tensors(component) -> dict[str, torch.Tensor]:
+    """Copies, awake: an offloaded component rests asleep (colocated, waking one sleeps the other)."""
+    component.wake()
+    state = live_state(component.model, component.optimizer)
+    out = {f"model/{k}": v.clone() for k, v in state["model"].items()}
+    for fqn, per_param in state["optimizer"]["state"].items():
+        out.update({f"adam/{fqn}/{k}": v.clone() for k, v in per_param.items() if torch.is_tensor(v)})
+    return out
+
+
+def _assert_same(a: dict, b: dict) -> None:
+    for part in ("policy", "critic"):
+        assert a[part].keys() == b[part].keys()
+        different = [k for k in a[part] if not torch.equal(a[part][k], b[part][k])]
+        assert different == [], (part, different[:3])
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    return [comparable(row) for row in read_jsonl(run_dir / "metrics.jsonl")]
+
+
+def _same_rows(a: list[dict], b: list[dict]) -> bool:
+    """Equal records (nan == nan: explained variance is nan when the returns do not vary)."""
+    return [{k: str(v) for k, v in r.items()} for r in a] == [{k: str(v) for k, v in r.items()} for r in b]
+
+
+@pytest.fixture(scope="module")
+def straight(toy_model_dir, toy_data_path, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("critic_straight")
+    return {"dir": run_dir, "state": _run(_config(toy_model_dir, toy_data_path, run_dir))}
+
+
+def test_the_critic_trains_on_varying_rewards(straight):
+    rows = _rows(straight["dir"])
+    assert len({r["reward/mean"] for r in rows}) > 1
+    assert all(r["critic/value_loss"] > 0 and r["critic/grad_norm"] > 0 for r in rows)
+    assert rows[0]["critic/value_mean"] == 0.0 and rows[-1]["critic/value_mean"] != 0.0  # the head starts at 0
+    head = straight["state"]["critic"]["model/value_head.weight"]
+    assert bool(head.abs().sum() > 0)
+    checkpoint = straight["dir"] / "checkpoints" / f"rollout-{NUM_ROLLOUTS - 1:06d}"
+    assert (checkpoint / "critic" / "state.json").is_file() and any((checkpoint / "critic" / "dcp").iterdir())
+
+
+def test_colocate_offload_is_bit_identical_to_no_offload(toy_model_dir, toy_data_path, tmp_path, straight):
+    state = _run(_config(toy_model_dir, toy_data_path, tmp_path, "colocate=true"))
+    assert _same_rows(_rows(tmp_path), _rows(straight["dir"]))
+    assert read_jsonl(tmp_path / "metrics.jsonl")[-1]["memory/critic_released_bytes"] > 0  # the critic really slept
+    _assert_same(state, straight["state"])
+
+
+def test_stop_and_resume_equals_straight_run(toy_model_dir, toy_data_path, tmp_path, straight):
+    cfg = _config(toy_model_dir, toy_data_path, tmp_path, "checkpoint.async=true")
+    _run(cfg, stop_after=STOP_AFTER)
+    assert [r["rollout_id"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [0]
+    state = _run(cfg)
+    assert _same_rows(_rows(tmp_path), _rows(straight["dir"]))
+    _assert_same(state, straight["state"])
+
+
+def test_a_checkpoint_without_a_critic_does_not_resume_into_a_critic_run(toy_model_dir, toy_data_path, tmp_path, straight):
+    import shutil
+
+    checkpoints = tmp_path / "checkpoints"
+    shutil.copytree(straight["dir"] / "checkpoints" / "rollout-000000", checkpoints / "rollout-000000")
+    shutil.rmtree(checkpoints / "rollout-000000" / "critic")  # as saved by a run without a critic
+    from heron.checkpoint.manifest import write_manifest
+
+    write_manifest(checkpoints / "rollout-000000", 0)
+    with pytest.raises(CheckpointError, match="has no critic state") as error:
+        RLRun(_config(toy_model_dir, toy_data_path, tmp_path))
+    assert "\n" not in str(error.value)
+
+
+def test_critic_runs_on_ray_colocated_with_offload(no_ray, toy_model_dir, toy_data_path, tmp_path):
+    cfg = _config(toy_model_dir, toy_data_path, tmp_path, "rollout.num_rollouts=2", "cluster.backend=ray", RAY_START,
+                  "cluster.num_cpus=2", "cluster.cpus_per_bundle=1", "colocate=true")
+    with RLRun(cfg) as run:
+        records = run_rollouts(run)
+    assert [r["policy_version"] for r in records] == [1, 2]
+    assert all(r["critic/value_loss"] > 0 for r in records) and records[-1]["critic/value_mean"] != 0.0
+    assert records[-1]["memory/critic_released_bytes"] > 0  # the critic's actor slept between its operations
+    assert (tmp_path / "checkpoints" / "rollout-000001" / "critic" / "state.json").is_file()
+
+
+def test_a_bad_critic_path_fails_in_the_preflight(toy_model_dir, toy_data_path, tmp_path):
+    """critic.path must be an HF folder with the policy's vocabulary: one line, before any model loads."""
+    import json
+
+    from heron.config.base import ConfigError
+    from heron.preflight import preflight
+
+    with pytest.raises(ConfigError, match="critic.path '.*' is not an HF model folder"):
+        preflight(_config(toy_model_dir, toy_data_path, tmp_path / "run", f"critic.path={tmp_path}"))
+    other = tmp_path / "other"
+    other.mkdir()
+    config = json.loads((toy_model_dir / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "vocab_size": config["vocab_size"] + 1}))
+    with pytest.raises(ConfigError, match="the critic reads the policy's token ids") as error:
+        preflight(_config(toy_model_dir, toy_data_path, tmp_path / "run", f"critic.path={other}"))
+    assert "\n" not in str(error.value)
