@@ -45,7 +45,7 @@ soak: $(STAMP)
 	  tests/integration/test_checkpoint_crash.py::test_sigkill_during_saves_many_trials
 
 bench: $(STAMP)
-	for b in bench/engine.py bench/old_logprobs.py bench/residency.py bench/checkpoint.py bench/async.py bench/colocated_ray.py; do $(BIN)/python $$b || exit 1; done
+	for b in bench/engine.py bench/old_logprobs.py bench/packing.py bench/logprob_memory.py bench/precision.py bench/residency.py bench/checkpoint.py bench/async.py bench/colocated_ray.py; do $(BIN)/python $$b || exit 1; done
 
 # The vLLM rollout server's own venv (vLLM pins transformers<5.20; heron's venv cannot hold it).
 # ~3.5 GB, several minutes. Its install brings torchvision/torchaudio/torchcodec builds that fail

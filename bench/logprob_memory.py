@@ -1,13 +1,13 @@
 """Peak memory of the training logprobs: the whole [B, T, V] log-softmax vs chunks over positions
 (``train.logprob_chunk_size``, issue 14 item 5).
 
-A tiny random Qwen3 (hidden 64, 2 layers) with a 32 k and a 152 k (Qwen's) vocabulary, 4 rows x
+A tiny random Qwen3 (hidden 64, 2 layers) with a 32 k and a 152 k (Qwen's) vocabulary, 2 rows x
 128 tokens: one forward + backward of logprobs and entropy (the trainer's training forward), once
 whole (chunk 0) and once in chunks of 16 positions. Each measurement runs in a fresh process
 with glibc returning every allocation over 64 KiB to the OS (``MALLOC_MMAP_THRESHOLD_``), so the
 resident set follows the live tensors; after a warm-up step the peak-RSS mark is reset
 (``/proc/self/clear_refs``) and the step's peak above its starting RSS is read from ``VmHWM``.
-Modes alternate over the repeats. Last line per vocabulary:
+The order of the two modes alternates over repeats (REPEATS; 1 on a loaded 2-core machine). Last line per vocabulary:
 ``logprob_memory: peak_chunked_vs_full=<ratio> time_chunked_vs_full=<ratio> [V=...]``.
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/logprob_memory.py
@@ -22,9 +22,9 @@ import subprocess
 import sys
 import time
 
-ROWS, LENGTH, CHUNK = 4, 128, 16
+ROWS, LENGTH, CHUNK = 2, 128, 16
 VOCABS = (32_000, 151_936)
-REPEATS = 2
+REPEATS = 1
 
 
 def _status_kib(field: str) -> int:
