@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.gloo_ranks import on_gloo_ranks
-from tests.integration.test_old_logprobs_ranks import _trainer
+from tests.integration.test_old_logprobs_ranks import _train_counted, _trainer
 from tests.tolerance import assert_sums_close, assert_updates_close, reduction_length
 
 WORLD, ROWS, LENGTH = 2, 4, 10
@@ -38,21 +38,10 @@ def _batch(vocab: int, rank: int):
     )
 
 
-def _train(trainer, rank: int, out: Path) -> dict:
-    calls = []
-    hook = trainer.model.register_forward_hook(lambda *_: calls.append(1))
-    metrics = trainer.train(_batch(trainer.model.config.vocab_size, rank))
-    hook.remove()
-    weights = trainer.host_weights()  # full weights on rank 0, {} elsewhere
-    if rank == 0:
-        torch.save(weights, out)
-    return {"forwards": len(calls), "metrics": metrics}
-
-
 def _scenarios(rank: int, tmp: Path, model_dir: str) -> dict:
     runs = {"rows": {}, "packed": {"max_tokens_per_micro_batch": BUDGET}}
     # eps = 1: AdamW's update is Lipschitz in the gradient (tests/tolerance.py, rule 3)
-    return {name: _train(_trainer(model_dir, eps=1.0, **kw), rank, tmp / f"{name}.pt") for name, kw in runs.items()}
+    return {name: _train_counted(_trainer(model_dir, eps=1.0, **kw), rank, tmp / f"{name}.pt", _batch) for name, kw in runs.items()}
 
 
 @pytest.fixture(scope="module")
