@@ -25,7 +25,7 @@ from heron.trainer.objectives import PolicyObjective
 from heron.trainer.packing import micro_batches
 from heron.trainer.policy_trainer import PolicyTrainer
 
-REPEATS, ROWS, PROMPT, MICRO = 10, 32, 12, 8
+REPEATS, ROWS, PROMPT, MICRO = 6, 32, 12, 8
 SHAPE = "3.2M (hidden 256, 4 layers)"
 
 

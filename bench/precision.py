@@ -22,7 +22,7 @@ from heron.config.train import TrainConfig
 from heron.trainer.objectives import PolicyObjective
 from heron.trainer.policy_trainer import PolicyTrainer
 
-REPEATS = 8
+REPEATS = 6
 
 
 def _trainer(model_dir: Path, precision: str) -> PolicyTrainer:

@@ -41,27 +41,33 @@ def forward_logprobs(
     log-softmax and everything after it run in float32 outside it."""
     with forward_context():
         logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits  # [B, L, V]
-    return token_logprobs(logits[:, :-1], input_ids[:, 1:], temperature, with_entropy, chunk_size)
+    return token_logprobs(logits, input_ids[:, 1:], temperature, with_entropy, chunk_size)
 
 
 def token_logprobs(
-    logits: torch.Tensor,  # [B, T, V]
+    logits: torch.Tensor,  # [B, T + 1, V]: the last position predicts nothing
     targets: torch.Tensor,  # [B, T] long
     temperature: float,
     with_entropy: bool,
     chunk_size: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(logprobs [B, T], entropy [B, T] or None) of ``targets``, ``chunk_size`` positions at a time."""
-    if chunk_size <= 0 or chunk_size >= logits.shape[1]:
-        return _chunk(logits, targets, temperature, with_entropy)
+    """(logprobs [B, T], entropy [B, T] or None) of ``targets``, ``chunk_size`` positions at a time.
+
+    Chunked, the split runs over all T + 1 positions of the model's logits (no [:, :-1] slice,
+    whose backward would allocate another [B, T + 1, V] gradient): the last position is computed
+    against a dummy target and dropped, so its gradient is exactly zero, as the slice's is."""
+    num_targets = targets.shape[1]
+    if chunk_size <= 0 or chunk_size >= num_targets:
+        return _chunk(logits[:, :num_targets], targets, temperature, with_entropy)
+    padded = torch.cat([targets, targets[:, -1:]], dim=1)  # [B, T + 1]: a dummy target for the last position
     recompute = torch.is_grad_enabled() and logits.requires_grad
     parts = [
         checkpoint(_chunk, z, y, temperature, with_entropy, use_reentrant=False, preserve_rng_state=False)
         if recompute else _chunk(z, y, temperature, with_entropy)
-        for z, y in zip(logits.split(chunk_size, dim=1), targets.split(chunk_size, dim=1))  # one SplitBackward
+        for z, y in zip(logits.split(chunk_size, dim=1), padded.split(chunk_size, dim=1))  # one SplitBackward
     ]
-    logprobs = torch.cat([p[0] for p in parts], dim=1)  # [B, T]
-    entropy = torch.cat([p[1] for p in parts], dim=1) if with_entropy else None  # [B, T]
+    logprobs = torch.cat([p[0] for p in parts], dim=1)[:, :num_targets]  # [B, T]
+    entropy = torch.cat([p[1] for p in parts], dim=1)[:, :num_targets] if with_entropy else None  # [B, T]
     return logprobs, entropy
 
 

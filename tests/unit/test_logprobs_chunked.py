@@ -45,13 +45,13 @@ def test_chunked_logprobs_entropy_and_gradients_equal_the_full_ones(chunk_size):
 
 
 def test_chunked_logprobs_without_grad_and_without_entropy():
-    logits = torch.randn(2, 9, 50, generator=torch.Generator().manual_seed(0))  # [B, T, V]
-    targets = torch.randint(0, 50, (2, 9))
+    logits = torch.randn(2, 10, 50, generator=torch.Generator().manual_seed(0))  # [B, T + 1, V]
+    targets = torch.randint(0, 50, (2, 9))  # [B, T]
     with torch.no_grad():
         full, none = token_logprobs(logits, targets, 1.0, with_entropy=False)
         chunked, also_none = token_logprobs(logits, targets, 1.0, with_entropy=False, chunk_size=4)
     assert none is None and also_none is None and torch.equal(full, chunked)
-    expected = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    expected = torch.log_softmax(logits[:, :-1], -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     assert torch.equal(full, expected)
 
 

@@ -18,7 +18,7 @@ from heron.trainer.objectives import PolicyObjective
 from heron.trainer.packing import micro_batches, pack_rows, split_to_count
 from heron.trainer.policy_trainer import PolicyTrainer
 from tests.tolerance import assert_sums_close, assert_updates_close, reduction_length
-from tests.unit.test_trainer import _rollout
+from tests.unit.test_trainer import _assert_logprobs_close, _rollout
 
 MAX_NEW_TOKENS = 6  # _rollout's rollout.max_new_tokens
 
@@ -73,6 +73,18 @@ def test_packed_update_equals_the_row_count_update(toy_model_dir, loss_agg):
     for key in ("loss", "pg_loss", "entropy", "policy_drift_kl"):
         assert_sums_close(m_packed[key], m_rows[key], n=n, magnitude=abs(m_rows[key]) + log_vocab, what=key)
     assert_sums_close(m_packed["grad_norm"], m_rows["grad_norm"], n=n, magnitude=m_rows["grad_norm"], what="grad_norm")
+
+
+@pytest.mark.portability
+def test_packed_no_grad_logprobs_land_in_their_rows(toy_model_dir):
+    """The separate pi_old / reference forward (compute_logprobs) puts every packed row's
+    logprobs back in its place of the [B, L-1] batch tensor, zero past the loss tokens."""
+    _, _, batch = _rollout(toy_model_dir)
+    rows = _trainer(toy_model_dir, micro_batch_size=4)
+    packed = _trainer(toy_model_dir, max_tokens_per_micro_batch=3 * batch.input_ids.shape[1])
+    expected, actual = rows.compute_logprobs(batch), packed.compute_logprobs(batch)
+    assert len(packed._micro_batches(batch)) > 1 and bool((actual[batch.loss_mask == 0] == 0).all())
+    _assert_logprobs_close(actual, expected, rows.model, batch)
 
 
 def test_packing_with_the_same_grouping_is_bit_identical(toy_model_dir):
