@@ -134,3 +134,34 @@ def assert_logprobs_close(actual, expected, *, n: int, log_vocab: float) -> None
         f"{int((excess > 0).sum())} of {excess.numel()} log-probabilities beyond 2 gamma({n}) (|e| + log V); "
         f"largest |diff| {(actual - expected).abs().max():.3g}"
     )
+
+
+U_BF16 = 2.0**-8  # bfloat16 unit round-off (8 significand bits)
+
+
+def bf16_autocast_stages(config) -> int:
+    """bf16-rounded stages of one decoder forward under autocast (an HF ``config``): per layer
+    the q, k, v, o, gate, up and down projections and the two attention products (9), then the
+    lm_head. Norms, softmaxes and everything after the logits stay float32."""
+    return 9 * config.num_hidden_layers + 1
+
+
+def assert_bf16_logprobs_close(actual, expected, config) -> None:
+    """Log-probabilities of a bf16-autocast forward against float32, element by element:
+
+        |a - e| <= 2 (2 u_bf16 S) (|e| + log V),   S = bf16_autocast_stages(config)
+
+    Each stage rounds its two operands to bf16 (relative error <= u_bf16 each, so <= 2 u_bf16 in
+    their product; the float32 accumulation adds gamma_h, negligible next to it); as for
+    ``assert_logprobs_close`` the norm-wise relative errors of a chain of stages add to first
+    order, so the logits carry <= 2 u_bf16 S, and log p = z_y - lse(z) moves by at most twice
+    that, on the scale |e| + log V of the log-sum-exp."""
+    actual, expected = torch.as_tensor(actual).double(), torch.as_tensor(expected).double()
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    relative = 2 * U_BF16 * bf16_autocast_stages(config)
+    bound = 2 * relative * (expected.abs() + math.log(config.vocab_size))
+    excess = (actual - expected).abs() - bound
+    assert bool((excess <= 0).all()), (
+        f"{int((excess > 0).sum())} of {excess.numel()} bf16 log-probabilities beyond 2 (2 u_bf16 S) (|e| + log V); "
+        f"largest |diff| {(actual - expected).abs().max():.3g}"
+    )

@@ -10,5 +10,9 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     subtracts max(z) first, so there is no overflow and no cancellation between two
     large terms (lse(z) ~ z_max) when logits are large.
     """
-    logprobs = torch.log_softmax(logits, dim=-1)  # [..., V]
+    return entropy_from_logprobs(torch.log_softmax(logits, dim=-1))
+
+
+def entropy_from_logprobs(logprobs: torch.Tensor) -> torch.Tensor:
+    """H = -sum_v exp(lp_v) * lp_v from a log-softmax lp [..., V] (shared with the token logprobs)."""
     return -(logprobs.exp() * logprobs).sum(dim=-1)

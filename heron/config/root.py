@@ -23,6 +23,7 @@ from heron.config.run import RunConfig
 from heron.config.sft import SFTConfig
 from heron.config.tracking import TrackingConfig
 from heron.config.train import TrainConfig
+from heron.config.train_checks import check_precision
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class HeronConfig:
         )
         self._check_cluster()
         check_algo_combinations(self)
+        check_precision(self.train, self.model)
         mini = self.rollout.num_samples // self.train.steps_per_rollout
         check(
             self.rollout.num_samples % self.train.steps_per_rollout == 0,
@@ -66,7 +68,7 @@ class HeronConfig:
             f"{self.rollout.num_samples} samples of a rollout (rollout.batch_size x rollout.samples_per_prompt)",
         )
         check(
-            mini % min(self.train.micro_batch_size, mini) == 0,
+            self.train.max_tokens_per_micro_batch > 0 or mini % min(self.train.micro_batch_size, mini) == 0,
             f"train.micro_batch_size={self.train.micro_batch_size} must divide the mini-batch of {mini} samples "
             f"(rollout samples / train.steps_per_rollout)",
         )

@@ -20,6 +20,26 @@ class TrainConfig:
     grad_clip: float = doc("Clip the global grad norm to this value; 0 disables clipping.", 1.0)
     steps_per_rollout: int = doc("Optimizer steps per rollout: the batch is split into this many mini-batches.", 1)
     micro_batch_size: int = doc("Sequences per forward/backward; gradients accumulate over a mini-batch.", 8)
+    max_tokens_per_micro_batch: int = doc(
+        "Token budget of a micro-batch (rows x their padded length); 0 packs micro_batch_size rows in batch "
+        "order. > 0: rows are sorted by length and packed greedily under the budget, each micro-batch padded "
+        "only to its own longest row (a row longer than the budget is a micro-batch of its own); micro_batch_size "
+        "is then unused. The loss normaliser is the mini-batch's either way, so the gradient is the same sum "
+        "(heron.trainer.packing).",
+        0,
+    )
+    logprob_chunk_size: int = doc(
+        "Sequence positions per chunk of the log-softmax over the vocabulary: the [B, T, V] log-probabilities "
+        "and entropies are never held whole, each chunk is recomputed in the backward (0: all positions at "
+        "once). The same per-row operations, so the values are the same (heron.trainer.logprobs).",
+        0,
+    )
+    precision: Literal["fp32", "bf16"] = doc(
+        "Arithmetic of the trainer's forward/backward: bf16 runs the model under autocast (bfloat16 matmuls) "
+        "while master weights, gradients, optimizer state, logprobs and the loss stay float32 (needs "
+        "model.dtype=float32; model.dtype=bfloat16 is pure bf16 instead).",
+        "fp32",
+    )
     world_size: int = doc("Data-parallel trainer ranks (torch.distributed group); > 1 needs cluster.backend=ray.", 1)
     parallel: Literal["fsdp2", "ddp"] = doc("Data parallelism of the ranks: fsdp2 (fully_shard, default) or ddp.", "fsdp2")
     on_nonfinite: Literal["error", "skip"] = doc(
@@ -49,6 +69,8 @@ class TrainConfig:
         check(self.grad_clip >= 0, f"train.grad_clip must be >= 0, got {self.grad_clip}")
         check(self.steps_per_rollout >= 1, f"train.steps_per_rollout must be >= 1, got {self.steps_per_rollout}")
         check(self.world_size >= 1, f"train.world_size must be >= 1, got {self.world_size}")
+        check(self.max_tokens_per_micro_batch >= 0, f"train.max_tokens_per_micro_batch must be >= 0 (0: off), got {self.max_tokens_per_micro_batch}")
+        check(self.logprob_chunk_size >= 0, f"train.logprob_chunk_size must be >= 0 (0: off), got {self.logprob_chunk_size}")
         check(self.micro_batch_size >= 1, f"train.micro_batch_size must be >= 1, got {self.micro_batch_size}")
         check(
             self.recompute_old_logprobs or self.old_logprobs_forward == "auto",

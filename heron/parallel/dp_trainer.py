@@ -37,6 +37,13 @@ class DataParallelTrainer(PolicyTrainer):
     def _clip_grad_norm(self, max_norm: float) -> float:
         return clip_grad_norm(self.model, max_norm)
 
+    def _micro_batch_count(self, count: int) -> int:
+        """The largest rank's count of packed micro-batches: every forward/backward is a
+        collective under FSDP2, so every rank runs as many (heron.trainer.packing)."""
+        tensor = torch.tensor([count], dtype=torch.int64)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return int(tensor.item())
+
     def _nonfinite_anywhere(self, here: bool) -> bool:
         """Every rank stops or skips the same step: the grad norm is global already, but a loss
         may be non-finite on one rank alone."""

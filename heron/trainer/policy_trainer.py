@@ -32,6 +32,8 @@ from heron.trainer.nonfinite import nonfinite_error, nonfinite_values
 from heron.trainer.objectives import Objective
 from heron.trainer.optimizer import build_adamw, trained_tensors
 from heron.trainer.old_logprobs import plan_old_logprobs
+from heron.trainer.packing import MicroBatch, micro_batches
+from heron.trainer.precision import forward_context
 from heron.weights.handle import InMemory, WeightHandle
 
 if TYPE_CHECKING:
@@ -69,6 +71,7 @@ class PolicyTrainer(Resident):
         self.version = 0  # policy version: number of train() calls applied to the weights
         self.old_logprob_plan = plan_old_logprobs(cfg, objective)  # where pi_old comes from (heron.trainer.old_logprobs)
         log.info("old logprobs: %s (%s)", self.old_logprob_plan.source, self.old_logprob_plan.reason)
+        self._forward_context = forward_context(cfg.precision, model)  # train.precision (heron.trainer.precision)
         self._shards: ModuleShards | None = None  # checkpoint writer of this process, made at the first save
         self._publish_weights()
 
@@ -88,11 +91,10 @@ class PolicyTrainer(Resident):
         model = self.reference if reference else self.model
         if model is None:
             raise ValueError("no reference model: set algo.kl_coef > 0 to load one")
-        parts = [
-            forward_logprobs(model, mb.input_ids, mb.attention_mask, self.temperature)[0]
-            for mb in batch.chunks(self.cfg.micro_batch_size)
-        ]
-        return torch.cat(parts) * batch.loss_mask
+        logprobs = torch.zeros_like(batch.loss_mask)  # [B, L-1]
+        for micro in self._micro_batches(batch):
+            logprobs[micro.rows, : micro.length - 1] = self._model_logprobs(model, micro.batch)[0]
+        return logprobs * batch.loss_mask
 
     @needs_device
     def train(self, batch: TrainBatch) -> dict[str, float]:
@@ -162,12 +164,10 @@ class PolicyTrainer(Resident):
         normalizer = self._loss_normalizer(mini)
         sums: dict[str, float] = defaultdict(float)
         loss_sum = 0.0
-        micro_size = self.cfg.micro_batch_size
-        for i, micro in enumerate(mini.chunks(micro_size)):
-            logprobs, entropy = forward_logprobs(
-                self.model, micro.input_ids, micro.attention_mask, self.temperature, with_entropy=True
-            )
-            ref = ref_logprobs[i * micro_size : (i + 1) * micro_size] if ref_logprobs is not None else None
+        for part in self._micro_batches(mini):
+            micro = part.batch
+            logprobs, entropy = self._model_logprobs(self.model, micro, with_entropy=True)
+            ref = part.take(ref_logprobs) if ref_logprobs is not None else None
             if self.old_logprob_plan.source == "training_forward":  # the weights pi_old is defined at
                 micro = self._own_old_logprobs(micro, logprobs)
             loss, metrics = self.objective(micro, logprobs, entropy, ref, normalizer)
@@ -186,6 +186,22 @@ class PolicyTrainer(Resident):
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return sums, True
+
+    def _model_logprobs(self, model: torch.nn.Module, micro: TrainBatch, with_entropy: bool = False):
+        """(logprobs, entropy or None) [b, l-1] of ``micro`` under ``model``, float32
+        (heron.trainer.logprobs; ``train.precision``: heron.trainer.precision)."""
+        return forward_logprobs(
+            model, micro.input_ids, micro.attention_mask, self.temperature, with_entropy,
+            chunk_size=self.cfg.logprob_chunk_size, forward_context=self._forward_context,
+        )
+
+    def _micro_batches(self, mini: TrainBatch) -> list[MicroBatch]:
+        """By row count, or packed by ``train.max_tokens_per_micro_batch`` (heron.trainer.packing)."""
+        return micro_batches(mini, self.cfg.micro_batch_size, self.cfg.max_tokens_per_micro_batch, self._micro_batch_count)
+
+    def _micro_batch_count(self, count: int) -> int:
+        """How many packed micro-batches every rank runs (data-parallel trainers: the largest count)."""
+        return count
 
     def _nonfinite_anywhere(self, here: bool) -> bool:
         """Whether any rank found a non-finite value (data-parallel trainers all-reduce it)."""

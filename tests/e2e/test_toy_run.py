@@ -17,18 +17,30 @@ from heron.sft import run_sft
 from heron.toy.demo_assets import create_demo_assets
 
 
-@pytest.mark.portability
-def test_sft_then_rl_raises_the_reward(tmp_path):
+COMMON = [
+    "sft.num_steps=300", "sft.batch_size=32", "rollout.num_rollouts=12", "rollout.batch_size=8",
+    "rollout.samples_per_prompt=8", "rollout.max_new_tokens=4", "train.lr=5e-4", "train.micro_batch_size=32",
+    "eval.interval=12", "tracking.progress=false", "tracking.summary=false",
+]
+
+
+@pytest.fixture(scope="module")
+def warm_started(tmp_path_factory):
+    """The easy task's assets and the SFT model, shared by the RL runs below."""
+    tmp_path = tmp_path_factory.mktemp("toy_run")
     assets = create_demo_assets(tmp_path / "assets", max_digits=1, num_train=60)
-    common = [
-        f"data.path={assets['train']}", f"eval.path={assets['test']}", f"sft.path={assets['sft']}",
-        "sft.num_steps=300", "sft.batch_size=32", "rollout.num_rollouts=12", "rollout.batch_size=8",
-        "rollout.samples_per_prompt=8", "rollout.max_new_tokens=4", "train.lr=5e-4", "train.micro_batch_size=32",
-        "eval.interval=12", "tracking.progress=false", "tracking.summary=false",
-    ]
-    sft_model = run_sft(load_config(None, [f"run.dir={tmp_path / 'sft'}", f"model.path={assets['model']}", *common]), progress=False)
+    data = [f"data.path={assets['train']}", f"eval.path={assets['test']}", f"sft.path={assets['sft']}", *COMMON]
+    sft_config = load_config(None, [f"run.dir={tmp_path / 'sft'}", f"model.path={assets['model']}", *data])
+    return run_sft(sft_config, progress=False), data
+
+
+# bf16: train.precision=bf16 (autocast, float32 master weights) learns as float32 does (issue 14, item 3)
+@pytest.mark.portability
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_sft_then_rl_raises_the_reward(warm_started, tmp_path, precision):
+    sft_model, common = warm_started
     run_dir = tmp_path / "rl"
-    records = train(load_config(None, [f"run.dir={run_dir}", f"model.path={sft_model}", *common]))
+    records = train(load_config(None, [f"run.dir={run_dir}", f"model.path={sft_model}", f"train.precision={precision}", *common]))
 
     rewards = [r["reward/mean"] for r in records]
     evals = [json.loads(line) for line in open(run_dir / "eval.jsonl")]

@@ -33,10 +33,13 @@ NUM_ROLLOUTS, STOP_AFTER = 5, 2  # checkpoints after rollouts 1, 3, 4 (interval 
 
 # Variants of the exact-resume test; the colocated one resumes into a trainer that rests asleep
 # (load_state wakes it and republishes the host snapshot of the weights).
+BF16 = "train.precision=bf16"
 RESUME_MODES = [
     pytest.param(["checkpoint.async=false"], id="sync"),
     pytest.param(["checkpoint.async=true"], id="async"),
     pytest.param(["checkpoint.async=true", "colocate=true"], id="async-colocate-offload"),
+    # mixed precision (issue 14, item 3): bf16 autocast over float32 master weights resumes exactly
+    pytest.param(["checkpoint.async=false", BF16], id="sync-bf16"),
 ]
 
 
@@ -114,6 +117,12 @@ def straight(assets, tmp_path_factory):
     return {"dir": run_dir, "run": run}
 
 
+@pytest.fixture(scope="module")
+def straight_bf16(assets, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("straight_bf16")
+    return {"dir": run_dir, "run": _run(_config(assets, run_dir, BF16))}
+
+
 def _assert_same_trainer_state(a, b):
     from heron.checkpoint.dcp_io import live_state
 
@@ -129,7 +138,8 @@ def _assert_same_trainer_state(a, b):
 
 
 @pytest.mark.parametrize("mode", RESUME_MODES)
-def test_stop_and_resume_equals_straight_run(assets, straight, tmp_path, mode):
+def test_stop_and_resume_equals_straight_run(assets, request, tmp_path, mode):
+    straight = request.getfixturevalue("straight_bf16" if BF16 in mode else "straight")
     run_dir = tmp_path / "run"
     _run(_config(assets, run_dir, *mode), stop_after=STOP_AFTER)
     assert [r["rollout_id"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [0, 1, 2]

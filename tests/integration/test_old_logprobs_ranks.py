@@ -48,10 +48,11 @@ def _batch(vocab: int, rank: int):
     )
 
 
-def _train_counted(trainer, rank: int, out: Path) -> dict:
+def _train_counted(trainer, rank: int, out: Path, make_batch=None) -> dict:
+    """Trains on ``make_batch(vocab, rank)`` (default ``_batch``), counting the model's forwards."""
     calls = []
     hook = trainer.model.register_forward_hook(lambda *_: calls.append(1))
-    metrics = trainer.train(_batch(trainer.model.config.vocab_size, rank))
+    metrics = trainer.train((make_batch or _batch)(trainer.model.config.vocab_size, rank))
     hook.remove()
     weights = trainer.host_weights()  # full weights on rank 0, {} elsewhere
     if rank == 0:

@@ -43,8 +43,10 @@ def test_request_over_the_cluster_names_the_numbers_and_the_fix():
 
 def test_missing_gpus_are_named():
     plan = PlacementPlan.build(world_size=2, num_engines=1, colocate=True, cpus_per_bundle=1.0, device="cuda")
-    with pytest.raises(PlacementError, match=r"2 GPU needed, 0 available"):
+    with pytest.raises(PlacementError, match=r"cluster.device=cuda but the Ray cluster at auto has no GPUs \(2 needed"):
         check_placeable(plan, {"CPU": 8.0}, "the Ray cluster at auto")
+    with pytest.raises(PlacementError, match=r"2 GPU needed, 1 available"):
+        check_placeable(plan, {"CPU": 8.0, "GPU": 1.0}, "the Ray cluster at auto")
     check_placeable(plan, {"CPU": 2.0, "GPU": 2.0}, "the Ray cluster at auto")  # exactly enough fits
 
 

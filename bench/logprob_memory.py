@@ -1,0 +1,89 @@
+"""Peak memory of the training logprobs: the whole [B, T, V] log-softmax vs chunks over positions
+(``train.logprob_chunk_size``, issue 14 item 5).
+
+A tiny random Qwen3 (hidden 64, 2 layers) with a 32 k and a 152 k (Qwen's) vocabulary, 2 rows x
+128 tokens: one forward + backward of logprobs and entropy (the trainer's training forward), once
+whole (chunk 0) and once in chunks of 16 positions. Each measurement runs in a fresh process
+with glibc returning every allocation over 64 KiB to the OS (``MALLOC_MMAP_THRESHOLD_``), so the
+resident set follows the live tensors; after a warm-up step the peak-RSS mark is reset
+(``/proc/self/clear_refs``) and the step's peak above its starting RSS is read from ``VmHWM``.
+The order of the two modes alternates over repeats (REPEATS; 1 on a loaded 2-core machine). Last line per vocabulary:
+``logprob_memory: peak_chunked_vs_full=<ratio> time_chunked_vs_full=<ratio> [V=...]``.
+
+    OMP_NUM_THREADS=2 .venv/bin/python bench/logprob_memory.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROWS, LENGTH, CHUNK = 2, 128, 16
+VOCABS = (32_000, 151_936)
+REPEATS = 1
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def child(vocab_size: int, chunk_size: int) -> None:
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from heron.trainer.logprobs import forward_logprobs
+
+    torch.manual_seed(0)
+    config = Qwen3Config(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=LENGTH)
+    model = Qwen3ForCausalLM(config).float()
+    input_ids = torch.randint(0, vocab_size, (ROWS, LENGTH))  # [B, L]
+    mask = torch.ones_like(input_ids)
+
+    def step() -> float:
+        start = time.perf_counter()
+        logprobs, entropy = forward_logprobs(model, input_ids, mask, 1.0, with_entropy=True, chunk_size=chunk_size)
+        (logprobs.sum() - 0.01 * entropy.sum()).backward()
+        model.zero_grad(set_to_none=False)  # keep the grads allocated: the same baseline every step
+        return time.perf_counter() - start
+
+    step()  # warm-up: grads, thread pools
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current RSS
+    base = _status_kib("VmRSS")
+    seconds = step()
+    print(json.dumps({"peak_mib": (_status_kib("VmHWM") - base) / 1024, "seconds": seconds}))
+
+
+def measure(vocab_size: int, chunk_size: int) -> dict:
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+    out = subprocess.run([sys.executable, __file__, "child", str(vocab_size), str(chunk_size)],
+                         env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    for vocab in VOCABS:
+        runs: dict[int, list[dict]] = {0: [], CHUNK: []}
+        for repeat in range(REPEATS):
+            for chunk in ((0, CHUNK) if repeat % 2 == 0 else (CHUNK, 0)):
+                runs[chunk].append(measure(vocab, chunk))
+        peak = {c: statistics.median(r["peak_mib"] for r in rs) for c, rs in runs.items()}
+        secs = {c: statistics.median(r["seconds"] for r in rs) for c, rs in runs.items()}
+        full_tensor = ROWS * (LENGTH - 1) * vocab * 4 / 2**20
+        print(f"V={vocab}: one [B, T, V] float32 = {full_tensor:.0f} MiB; peak above start: full {peak[0]:.0f} MiB, "
+              f"chunks of {CHUNK} {peak[CHUNK]:.0f} MiB; step full {secs[0]:.3f} s, chunked {secs[CHUNK]:.3f} s")
+        print(f"logprob_memory: peak_chunked_vs_full={peak[CHUNK] / peak[0]:.2f} "
+              f"time_chunked_vs_full={secs[CHUNK] / secs[0]:.2f}  [V={vocab}, {ROWS}x{LENGTH} tokens]")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "child":
+        child(int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        main()

@@ -1,0 +1,106 @@
+"""Micro-batches of an optimizer mini-batch: by row count, or packed under a token budget.
+
+``train.max_tokens_per_micro_batch = 0``: consecutive runs of ``micro_batch_size`` rows, padded
+to the batch's length (as collated). ``> 0``: rows are sorted by length (longest first) and packed
+greedily while ``rows x longest row <= budget``; each micro-batch is cut to its own longest row,
+so short rows no longer pay for the padding of the longest one, and a forward costs about the
+same everywhere. Inside a micro-batch the rows keep their batch order.
+
+Why the gradient is unchanged: every loss term is ``sum_it w_it l_it / Z`` with per-row weights
+and one normaliser Z of the whole mini-batch (heron.algo.loss_agg), so the mini-batch loss is
+the sum of the micro-batch losses however the rows are grouped; trailing padding is masked out
+of attention (causal, right-padded) and of the loss. Grouping changes only the order of float
+sums; with the same grouping and length it is the same computation (bit-identical, tested).
+
+Data-parallel ranks must run the same number of forwards (each is a collective under FSDP2):
+``count(n)`` returns the number every rank uses (the largest), and a rank with fewer micro-batches
+splits its largest ones in two (one row at least each), which changes no value either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import torch
+
+from heron.trainer.batch import TrainBatch
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """``batch``: rows ``rows`` of the mini-batch (a slice, or indices in batch order), cut to
+    ``length`` positions."""
+
+    rows: slice | torch.Tensor
+    length: int
+    batch: TrainBatch
+
+    def take(self, per_position: torch.Tensor) -> torch.Tensor:
+        """This micro-batch's part of a mini-batch tensor [B, L-1] -> [b, length-1]."""
+        return per_position[self.rows, : self.length - 1]
+
+
+def micro_batches(
+    mini: TrainBatch, micro_batch_size: int, max_tokens: int, count: Callable[[int], int] = lambda n: n
+) -> list[MicroBatch]:
+    """The micro-batches of ``mini`` (see the module docstring); ``count(n)``: how many every
+    data-parallel rank runs, given this rank's ``n`` (only asked when packing)."""
+    full = mini.input_ids.shape[1]
+    if max_tokens <= 0:
+        return [
+            MicroBatch(slice(s, s + micro_batch_size), full, mini.select(slice(s, s + micro_batch_size)))
+            for s in range(0, len(mini), micro_batch_size)
+        ]
+    lengths = mini.attention_mask.sum(dim=-1).tolist()  # [B] tokens per row (right-padded)
+    groups = pack_rows(lengths, max_tokens)
+    groups = split_to_count(groups, count(len(groups)))
+    out = []
+    for group in groups:
+        rows = sorted(group)
+        length = min(full, max(2, max(lengths[i] for i in rows)))
+        out.append(MicroBatch(torch.tensor(rows), length, take_rows(mini, rows, length)))
+    return out
+
+
+def pack_rows(lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Row indices grouped longest first, each group's ``len(group) * its longest <= max_tokens``
+    (a row longer than the budget alone). Example: lengths [3, 9, 4, 8], budget 16 ->
+    [[1], [3, 2], [0]]."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= max_tokens:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def split_to_count(groups: list[list[int]], target: int) -> list[list[int]]:
+    """``groups`` with its largest groups halved until there are ``target`` of them."""
+    groups = [list(g) for g in groups]
+    while len(groups) < target:
+        largest = max(range(len(groups)), key=lambda k: len(groups[k]))
+        group = groups[largest]
+        if len(group) < 2:
+            raise ValueError(f"cannot split {sum(map(len, groups))} rows into {target} micro-batches")
+        half = (len(group) + 1) // 2
+        groups[largest : largest + 1] = [group[:half], group[half:]]
+    return groups
+
+
+def take_rows(batch: TrainBatch, rows: list[int], length: int) -> TrainBatch:
+    """Rows ``rows`` of ``batch`` (in that order), cut to ``length`` positions."""
+    index = torch.tensor(rows)
+    cut = length - 1  # per-position tensors hold L-1 predicted positions
+    return replace(
+        batch,
+        sample_ids=[batch.sample_ids[i] for i in rows],
+        input_ids=batch.input_ids[index, :length],
+        attention_mask=batch.attention_mask[index, :length],
+        loss_mask=batch.loss_mask[index, :cut],
+        advantages=batch.advantages[index],
+        old_logprobs=batch.old_logprobs[index, :cut],
+        mismatch_weights=None if batch.mismatch_weights is None else batch.mismatch_weights[index, :cut],
+    )

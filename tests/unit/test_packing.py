@@ -1,0 +1,99 @@
+"""Micro-batches packed under a token budget (train.max_tokens_per_micro_batch): the grouping by
+hand-worked examples, and on a real toy rollout the packed update equals the row-count one --
+within the derived round-off bound under every loss aggregation (only the grouping of the float
+sums changes), bit for bit where the grouping and padded length are the same."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from heron.algo.catalog import LOSS_AGGREGATIONS
+from heron.config.algo import AlgoConfig
+from heron.config.train import TrainConfig
+from heron.trainer.objectives import PolicyObjective
+from heron.trainer.packing import micro_batches, pack_rows, split_to_count
+from heron.trainer.policy_trainer import PolicyTrainer
+from tests.tolerance import assert_sums_close, assert_updates_close, reduction_length
+from tests.unit.test_trainer import _assert_logprobs_close, _rollout
+
+MAX_NEW_TOKENS = 6  # _rollout's rollout.max_new_tokens
+
+
+def test_pack_rows_longest_first_under_the_budget():
+    assert pack_rows([3, 9, 4, 8], 16) == [[1], [3, 2], [0]]
+    assert pack_rows([5, 5, 5, 5], 10) == [[0, 1], [2, 3]]  # ties keep batch order
+    assert pack_rows([20, 2], 8) == [[0], [1]]  # a row over the budget goes alone
+    assert pack_rows([2, 2, 2], 100) == [[0, 1, 2]]
+
+
+def test_split_to_count_halves_the_largest_groups():
+    assert split_to_count([[0, 1, 2, 3], [4]], 3) == [[0, 1], [2, 3], [4]]
+    assert split_to_count([[0], [1, 2, 3]], 2) == [[0], [1, 2, 3]]
+    with pytest.raises(ValueError, match="cannot split 2 rows into 3"):
+        split_to_count([[0], [1]], 3)
+
+
+def test_packed_micro_batches_are_cut_to_their_longest_row(toy_model_dir):
+    _, _, batch = _rollout(toy_model_dir)
+    full = batch.input_ids.shape[1]
+    parts = micro_batches(batch, 4, 3 * full)
+    lengths = batch.attention_mask.sum(-1)
+    assert sorted(int(i) for p in parts for i in p.rows) == list(range(len(batch)))
+    for p in parts:
+        assert len(p.rows) * p.length <= 3 * full and p.length == int(lengths[p.rows].max())
+        assert torch.equal(p.batch.input_ids, batch.input_ids[p.rows, : p.length])
+        assert torch.equal(p.take(batch.loss_mask), p.batch.loss_mask)
+        assert p.batch.loss_mask.sum() == batch.loss_mask[p.rows].sum()  # only padding was cut
+    assert min(p.length for p in parts) < full  # the rollout's rows differ in length
+    assert len(micro_batches(batch, 4, 3 * full, count=lambda n: n + 2)) == len(parts) + 2
+
+
+def _trainer(model_dir, loss_agg="token-mean", **train_kw) -> PolicyTrainer:
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    objective = PolicyObjective(AlgoConfig(loss_agg=loss_agg), max_response_tokens=MAX_NEW_TOKENS)
+    # eps = grad_clip = 1: AdamW's update is Lipschitz in the gradient (tests/tolerance.py, rule 3)
+    return PolicyTrainer(model, TrainConfig(lr=1e-3, eps=1.0, **train_kw), objective, total_steps=10)
+
+
+@pytest.mark.portability
+@pytest.mark.parametrize("loss_agg", LOSS_AGGREGATIONS)
+def test_packed_update_equals_the_row_count_update(toy_model_dir, loss_agg):
+    _, _, batch = _rollout(toy_model_dir)
+    rows = _trainer(toy_model_dir, loss_agg, micro_batch_size=4)
+    packed = _trainer(toy_model_dir, loss_agg, max_tokens_per_micro_batch=3 * batch.input_ids.shape[1])
+    initial = {k: v.clone() for k, v in rows.model.state_dict().items()}
+    m_rows, m_packed = rows.train(batch), packed.train(batch)
+    n = reduction_length(rows.model.config, tokens=batch.input_ids.numel())
+    assert_updates_close(packed.model.state_dict(), rows.model.state_dict(), initial, n=n, steps=1)
+    log_vocab = math.log(rows.model.config.vocab_size)
+    for key in ("loss", "pg_loss", "entropy", "policy_drift_kl"):
+        assert_sums_close(m_packed[key], m_rows[key], n=n, magnitude=abs(m_rows[key]) + log_vocab, what=key)
+    assert_sums_close(m_packed["grad_norm"], m_rows["grad_norm"], n=n, magnitude=m_rows["grad_norm"], what="grad_norm")
+
+
+@pytest.mark.portability
+def test_packed_no_grad_logprobs_land_in_their_rows(toy_model_dir):
+    """The separate pi_old / reference forward (compute_logprobs) puts every packed row's
+    logprobs back in its place of the [B, L-1] batch tensor, zero past the loss tokens."""
+    _, _, batch = _rollout(toy_model_dir)
+    rows = _trainer(toy_model_dir, micro_batch_size=4)
+    packed = _trainer(toy_model_dir, max_tokens_per_micro_batch=3 * batch.input_ids.shape[1])
+    expected, actual = rows.compute_logprobs(batch), packed.compute_logprobs(batch)
+    assert len(packed._micro_batches(batch)) > 1 and bool((actual[batch.loss_mask == 0] == 0).all())
+    _assert_logprobs_close(actual, expected, rows.model, batch)
+
+
+def test_packing_with_the_same_grouping_is_bit_identical(toy_model_dir):
+    """A budget that holds the whole mini-batch at its padded length: one micro-batch, the rows
+    in batch order, the same length -- the same computation as micro_batch_size = all rows."""
+    _, _, batch = _rollout(toy_model_dir)
+    rows = _trainer(toy_model_dir, micro_batch_size=len(batch), steps_per_rollout=1)
+    packed = _trainer(toy_model_dir, max_tokens_per_micro_batch=batch.input_ids.numel(), steps_per_rollout=1)
+    assert rows.train(batch) == packed.train(batch)
+    for (name, a), b in zip(rows.model.state_dict().items(), packed.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert torch.equal(rows.compute_logprobs(batch), packed.compute_logprobs(batch))
