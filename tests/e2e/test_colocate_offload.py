@@ -101,7 +101,7 @@ def assert_sleep_memory(records: list[dict], names) -> None:
     figures (both components in one process), so only after < before holds per component."""
     for record in records:
         for name in names:
-            figures = {k: record[f"memory/{name}_{k}_{p}_sleep_bytes"] for k in ("allocated", "reserved") for p in ("before", "after")}
+            figures = {f"{k}_{p}": record[f"memory/{name}_{k}_{p}_sleep_bytes"] for k in ("allocated", "reserved") for p in ("before", "after")}
             assert figures["allocated_after"] < figures["allocated_before"], (name, figures)
             assert figures["reserved_after"] <= figures["reserved_before"], (name, figures)
             if not torch.cuda.is_available():
