@@ -135,9 +135,11 @@ def preflight_eval(cfg: HeronConfig, model_path: str) -> PreflightReport:
     or an HF folder): ``check_eval_inputs``, then the eval sets' rows and prompt lengths."""
     hooks = check_eval_inputs(cfg)
     data = _DataCheck(inspect_model_folder(model_path), cfg.data)
+    eval_budget = data.budget(cfg.eval.max_new_tokens, "eval.max_new_tokens")
+    eval_budget.check_fits()  # max_prompt_tokens + max_new_tokens <= max_position_embeddings, before data loads
     report = PreflightReport(hooks, data.model, data.formatter, None, lines=data.lines)
     for name, path in cfg.eval.named_paths.items():
-        report.eval_sets[name] = data.check(load_dataset(path, cfg.data), cfg.eval.max_new_tokens, "eval.max_new_tokens")
+        report.eval_sets[name] = data.check(load_dataset(path, cfg.data), eval_budget)
     return report
 
 
