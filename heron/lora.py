@@ -90,9 +90,3 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     if peft is not None and isinstance(model, peft.PeftModel):
         return model.get_base_model()
     return model
-
-
-def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
-    """What the optimizer holds: the parameters that require gradients (all of them without
-    LoRA; the adapters with it)."""
-    return [p for p in model.parameters() if p.requires_grad]
