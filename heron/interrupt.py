@@ -4,6 +4,9 @@
   ``KeyboardInterrupt`` too, from heron's handler (Python's default kills the process without
   any clean-up; the one ``ray.init`` installs kills Ray's processes under the running run and
   exits with a core dump). Being ``BaseException``\\s, no ``except Exception`` swallows them.
+- The handlers also record the signal: a signal that arrives while the main thread waits in
+  Ray's C++ core (``ray.get``) is turned by Ray into a *new*, plain ``KeyboardInterrupt``, so
+  the exception alone cannot tell SIGTERM from Ctrl-C; the record can.
 - The run's exit path (``RLRun.__exit__``) then waits for the checkpoint in flight, closes the
   logs, stops actors and Ray -- with further SIGINT/SIGTERM held back until that is done, so
   nothing is left running -- and raises ``RunInterrupted`` with the rollout in progress and
@@ -22,7 +25,7 @@ from typing import Iterator
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread by ``install_sigterm_handler``'s handler."""
+    """SIGTERM, raised in the main thread by ``install_interrupt_handlers``'s handler."""
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -44,24 +47,38 @@ class RunInterrupted(KeyboardInterrupt):
                 f"rerun the same command to resume")
 
 
-def install_sigterm_handler() -> None:
-    """SIGTERM raises ``Terminated`` in the main thread (signals are only delivered there)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise_terminated)
+_last_signal: list[int] = []  # the newest SIGINT/SIGTERM seen by the handlers below
+
+
+def install_interrupt_handlers() -> None:
+    """SIGTERM raises ``Terminated`` in the main thread (signals are only delivered there);
+    SIGINT keeps Python's behaviour where nobody replaced it. Both record their signal."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
 
 
 def _raise_terminated(signum, frame) -> None:
+    _last_signal[:] = [signal.SIGTERM]
     raise Terminated()
 
 
+def _raise_keyboard_interrupt(signum, frame) -> None:
+    _last_signal[:] = [signal.SIGINT]
+    raise KeyboardInterrupt()
+
+
 def interrupt_signal(error: BaseException | None) -> int | None:
-    """The signal behind ``error`` if it is an interruption (SIGINT or SIGTERM), else None."""
+    """The signal behind ``error`` if it is an interruption (SIGINT or SIGTERM), else None. A
+    plain ``KeyboardInterrupt`` may be Ray's re-raise of either: the handlers' record decides."""
     if isinstance(error, RunInterrupted):
         return error.signum
     if isinstance(error, Terminated):
         return signal.SIGTERM
     if isinstance(error, KeyboardInterrupt):
-        return signal.SIGINT
+        return _last_signal[0] if _last_signal else signal.SIGINT
     return None
 
 

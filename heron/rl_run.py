@@ -14,7 +14,7 @@ from heron.build import build_components
 from heron.components import Components
 from heron.config.base import to_dict
 from heron.config.root import HeronConfig
-from heron.interrupt import RunInterrupted, install_sigterm_handler, interrupt_signal, signals_held
+from heron.interrupt import RunInterrupted, install_interrupt_handlers, interrupt_signal, signals_held
 from heron.plugins.postprocess import apply_postprocess, checked_prompts
 from heron.preflight import preflight
 from heron.records import RolloutBatch
@@ -27,7 +27,7 @@ from heron.weights.version import check_served_versions
 
 class RLRun:
     def __init__(self, cfg: HeronConfig):
-        install_sigterm_handler()  # SIGTERM unwinds like Ctrl-C (heron.interrupt)
+        install_interrupt_handlers()  # SIGTERM unwinds like Ctrl-C (heron.interrupt)
         self.cfg = cfg
         self.run_dir = Path(cfg.run.dir)
         self.rollout_id: int | None = None  # the rollout in progress, named if interrupted

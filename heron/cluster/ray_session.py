@@ -30,7 +30,7 @@ import ray
 
 from heron.cluster.errors import ClusterError
 from heron.config.cluster import ClusterConfig
-from heron.interrupt import install_sigterm_handler
+from heron.interrupt import install_interrupt_handlers
 
 LOOPBACK = "127.0.0.1"
 SINGLE_MACHINE_MODE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's node address is 127.0.0.1
@@ -46,7 +46,7 @@ def start_ray(cfg: ClusterConfig) -> bool:
         ray.init(address=cfg.address, log_to_driver=True)
     else:
         start_local_ray(cfg.num_cpus)
-    install_sigterm_handler()
+    install_interrupt_handlers()
     return True
 
 

@@ -5,7 +5,7 @@ import sys
 import time
 from pathlib import Path
 
-from heron.interrupt import install_sigterm_handler
+from heron.interrupt import install_interrupt_handlers
 from heron.rollout.server.process import ServerProcess, free_port
 
 FAKE = Path(__file__).with_name("_fake_server.py")
@@ -16,7 +16,7 @@ if __name__ == "__main__":
     command = [sys.executable, str(FAKE), "--port", str(port)] + (["--watchdog"] if watchdog else [])
     server = ServerProcess("fake server", command, {}, log_path, f"http://127.0.0.1:{port}/health")
     server.start(timeout_s=120)
-    install_sigterm_handler()
+    install_interrupt_handlers()
     print(server.pid, flush=True)
     while True:
         time.sleep(1)

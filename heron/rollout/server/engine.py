@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from heron.interrupt import install_sigterm_handler
+from heron.interrupt import install_interrupt_handlers
 from heron.records import Generation, GenerationRequest
 from heron.residency import Resident, host_only, needs_device
 from heron.residency.backend import KeepResident
@@ -99,7 +99,7 @@ class ServerEngine(Resident):
         except BaseException:
             self.close()
             raise
-        install_sigterm_handler()  # SIGTERM unwinds like Ctrl-C, so close and atexit stop the server
+        install_interrupt_handlers()  # SIGTERM unwinds like Ctrl-C, so close and atexit stop the server
         log.info("%s healthy on 127.0.0.1:%d after %.1f s (pid %d); log: %s",
                  server.name, port, self.startup_s, server.pid, self.log_path)
         return self
