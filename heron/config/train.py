@@ -40,6 +40,13 @@ class TrainConfig:
         "model.dtype=float32; model.dtype=bfloat16 is pure bf16 instead).",
         "fp32",
     )
+    gradient_checkpointing: bool = doc(
+        "Activation checkpointing of the policy's decoder layers: each keeps only its input in the forward and "
+        "recomputes the rest in the backward (transformers, non-reentrant). Less activation memory for about one "
+        "more forward per micro-batch; the same ops, so the same losses and gradients "
+        "(heron.trainer.activation_checkpointing).",
+        False,
+    )
     world_size: int = doc("Data-parallel trainer ranks (torch.distributed group); > 1 needs cluster.backend=ray.", 1)
     parallel: Literal["fsdp2", "ddp"] = doc("Data parallelism of the ranks: fsdp2 (fully_shard, default) or ddp.", "fsdp2")
     on_nonfinite: Literal["error", "skip"] = doc(

@@ -14,7 +14,8 @@ order, each raising the first ``UserError`` it finds (one line; the CLI exits 2)
 4. the model folder: config, weights, tokenizer (heron.preflight.model_folder), that
    ``data.max_prompt_tokens`` + ``rollout.max_new_tokens`` (and ``eval.max_new_tokens``) fit its
    ``max_position_embeddings``, before any data is read, that ``model.lora.target_modules``
-   names its linear layers (heron.preflight.lora_targets), and the critic's folder
+   names its linear layers (heron.preflight.lora_targets), that the model supports
+   ``train.gradient_checkpointing`` (heron.preflight.activation_checkpointing), and the critic's folder
    (``critic.path``: an HF folder with the policy's vocabulary; heron.preflight.critic_folder);
 5. the data: rows parse, no empty prompts, ``rollout.stop`` entries are single tokens, no
    prompt is over ``data.max_prompt_tokens`` and every prompt plus ``rollout.max_new_tokens``
@@ -40,6 +41,7 @@ from heron.data.dataset import PromptDataset, load_dataset
 from heron.data.metrics import data_metrics
 from heron.data.prompt_lengths import TokenBudget, check_prompt_lengths
 from heron.plugins.run_hooks import RunHooks, load_run_hooks
+from heron.preflight.activation_checkpointing import check_activation_checkpointing
 from heron.preflight.critic_folder import check_critic_folder
 from heron.preflight.extras import check_extras
 from heron.preflight.lora_targets import check_lora_targets
@@ -83,6 +85,7 @@ def preflight(cfg: HeronConfig) -> PreflightReport:
     for budget in [train_budget] + ([eval_budget] if cfg.eval.enabled else []):
         budget.check_fits()  # max_prompt_tokens + max_new_tokens <= max_position_embeddings, before data loads
     check_lora_targets(cfg.model)  # model.lora.target_modules are linear layers of this model
+    check_activation_checkpointing(cfg.train, cfg.model)  # train.gradient_checkpointing: the model supports it
     check_critic_folder(cfg)  # critic.path, with algo.advantage=gae
     data.formatter.stop_token_ids(cfg.rollout.stop)
     report = PreflightReport(hooks, data.model, data.formatter, None, lines=data.lines)

@@ -13,10 +13,10 @@ from heron.config.model import ModelConfig
 def linear_layers(path: str) -> tuple[list[str], list[str]]:
     """(full names of the linear layers but the output head, the output head's names)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
 
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+    from heron.preflight.meta_model import meta_model
+
+    model = meta_model(path)
     head = model.get_output_embeddings()
     layers, heads = [], []
     for name, module in model.named_modules():

@@ -48,11 +48,14 @@ def build_trainer(
     from heron.lora import apply_lora, engine_view
     from heron.models import load_model
     from heron.plugins.loader import load_hook
+    from heron.trainer.activation_checkpointing import enable_activation_checkpointing
 
     policy_loss = load_hook("policy_loss", spec.policy_loss) if spec.policy_loss else None
     objective = PolicyObjective(spec.algo, policy_loss=policy_loss, max_response_tokens=spec.max_response_tokens)
     device = resolve(spec.device)
     model = apply_lora(load_model(spec.model.path, spec.model.dtype), spec.model.lora)  # LoRA off: the model itself
+    if spec.train.gradient_checkpointing:
+        enable_activation_checkpointing(model)
     model = place(model, device)
     # the reference serves the KL term of the loss or, with algo.kl_in_reward, of the reward (sequence_kl)
     reference = place(load_model(spec.model.path, spec.model.dtype), device) if spec.algo.kl_coef > 0 else None
