@@ -3,9 +3,8 @@
 
 A random Qwen3 with many layers and a small vocabulary (so activations, not logits, dominate):
 8 layers, hidden 256, vocabulary 2 k, 4 rows x 512 tokens, one forward + backward of the
-trainer's logprobs. Measured as bench/logprob_memory.py does: a fresh process per measurement,
-glibc returning large allocations to the OS, the peak RSS above the step's start from
-``VmHWM`` after a warm-up step. The order alternates over REPEATS. Last line:
+trainer's logprobs. Peak memory above the step's start, each measurement in a fresh process
+(bench/peak_memory.py). The order alternates over REPEATS. Last line:
 ``activation_checkpointing: peak_vs_off=<ratio> time_vs_off=<ratio>``.
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/activation_checkpointing.py
@@ -13,17 +12,14 @@ glibc returning large allocations to the OS, the peak RSS above the step's start
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.logprob_memory import _status_kib  # noqa: E402
+from bench.peak_memory import measure_in_child, report_step  # noqa: E402
 
 ROWS, LENGTH, LAYERS = 4, 512, 8
 REPEATS = 2
@@ -52,19 +48,11 @@ def child(checkpointing: bool) -> None:
         model.zero_grad(set_to_none=False)  # keep the grads allocated: the same baseline every step
         return time.perf_counter() - start
 
-    step()  # warm-up: grads, thread pools
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # resets VmHWM to the current RSS
-    base = _status_kib("VmRSS")
-    seconds = step()
-    print(json.dumps({"peak_mib": (_status_kib("VmHWM") - base) / 1024, "seconds": seconds}))
+    report_step(step)
 
 
 def measure(checkpointing: bool) -> dict:
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
-    out = subprocess.run([sys.executable, __file__, "child", str(int(checkpointing))],
-                         env=env, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return measure_in_child(__file__, str(int(checkpointing)))
 
 
 def main() -> None:

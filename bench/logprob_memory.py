@@ -3,11 +3,8 @@
 
 A tiny random Qwen3 (hidden 64, 2 layers) with a 32 k and a 152 k (Qwen's) vocabulary, 2 rows x
 128 tokens: one forward + backward of logprobs and entropy (the trainer's training forward), once
-whole (chunk 0) and once in chunks of 16 positions. Each measurement runs in a fresh process
-with glibc returning every allocation over 64 KiB to the OS (``MALLOC_MMAP_THRESHOLD_``), so the
-resident set follows the live tensors; after a warm-up step the peak-RSS mark is reset
-(``/proc/self/clear_refs``) and the step's peak above its starting RSS is read from ``VmHWM``.
-The order of the two modes alternates over repeats (REPEATS; 1 on a loaded 2-core machine). Last line per vocabulary:
+whole (chunk 0) and once in chunks of 16 positions. Peak memory above the step's start, each
+measurement in a fresh process (bench/peak_memory.py). The order of the two modes alternates over repeats (REPEATS; 1 on a loaded 2-core machine). Last line per vocabulary:
 ``logprob_memory: peak_chunked_vs_full=<ratio> time_chunked_vs_full=<ratio> [V=...]``.
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/logprob_memory.py
@@ -15,21 +12,18 @@ The order of the two modes alternates over repeats (REPEATS; 1 on a loaded 2-cor
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
-import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.peak_memory import measure_in_child, report_step  # noqa: E402
 
 ROWS, LENGTH, CHUNK = 2, 128, 16
 VOCABS = (32_000, 151_936)
 REPEATS = 1
-
-
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
 def child(vocab_size: int, chunk_size: int) -> None:
@@ -52,19 +46,11 @@ def child(vocab_size: int, chunk_size: int) -> None:
         model.zero_grad(set_to_none=False)  # keep the grads allocated: the same baseline every step
         return time.perf_counter() - start
 
-    step()  # warm-up: grads, thread pools
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # resets VmHWM to the current RSS
-    base = _status_kib("VmRSS")
-    seconds = step()
-    print(json.dumps({"peak_mib": (_status_kib("VmHWM") - base) / 1024, "seconds": seconds}))
+    report_step(step)
 
 
 def measure(vocab_size: int, chunk_size: int) -> dict:
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
-    out = subprocess.run([sys.executable, __file__, "child", str(vocab_size), str(chunk_size)],
-                         env=env, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return measure_in_child(__file__, str(vocab_size), str(chunk_size))
 
 
 def main() -> None:
