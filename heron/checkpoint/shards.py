@@ -6,8 +6,10 @@ makes the temporary folder and hands each trainer process a ``ShardRequest``; ev
 model and optimizer, and the driver later collects the files' checksums with ``wait_saved`` and
 commits. DCP writes a world-size-independent format, so shards saved by N ranks load into M.
 
-Sync: the files are written inside ``save_state``. Async: ``save_state`` copies the live tensors
-to host buffers (``dcp_io.stage``) and returns; a background thread of this process writes them.
+Sync: the finite check (heron.checkpoint.finite) and the files run inside ``save_state``. Async:
+``save_state`` copies the live tensors to host buffers (``dcp_io.stage``) and returns; a
+background thread of this process checks the copy and writes it (a non-finite tensor then
+fails the save from the next wait, before any shard, like a write error).
 Either way the trainer may change or sleep as soon as ``save_state`` returns. At most one save
 is in flight per process: the next ``save_state`` or ``wait_saved`` waits for it.
 """
@@ -68,13 +70,19 @@ class ModuleShards:
         ``primary``: this process writes the checkpoint-wide files (the model's HF config)."""
         self.wait_saved()
         live = dcp_io.live_state(self.model, self.optimizer)
-        check_finite_state(live, checkpoint_of(request.folder), process_group=dcp_io.world_group())  # before any file
+        name = checkpoint_of(request.folder)
+        if not request.async_save:
+            check_finite_state(live, name, process_group=dcp_io.world_group())  # before any file
         saved = SavedShards(model_fingerprint(live["model"]), optimizer_fingerprint(self.optimizer, live["optimizer"]))
         folder = Path(request.folder)
         if primary:
             write_model_meta(folder / HF_META, self.model)
         tensors = dcp_io.stage(live, self._buffers) if request.async_save else live
-        job = partial(_write, tensors, folder, self._process_group(), hf_weights if request.hf_export else None)
+        group = self._process_group()
+        # async: the finite check runs behind, on the staged copy, before the first shard (its
+        # error comes back like a write error, from the next save, check or close)
+        checked = partial(check_finite_state, tensors, name, process_group=group) if request.async_save else None
+        job = partial(_write, tensors, folder, group, hf_weights if request.hf_export else None, checked)
         if request.async_save:
             self._pending = self._background().submit(job)
         else:
@@ -99,7 +107,9 @@ class ModuleShards:
         return self._executor
 
 
-def _write(tensors: dict, folder: Path, group, hf_weights: dict | None) -> dict[str, str]:
+def _write(tensors: dict, folder: Path, group, hf_weights: dict | None, check=None) -> dict[str, str]:
+    if check is not None:
+        check()
     checksums = dcp_io.save(tensors, folder, group)
     if hf_weights:
         write_hf_folder(folder / HF_FOLDER, hf_weights, folder / HF_META)

@@ -7,10 +7,10 @@ One save, step by step (``save``), for a trainer in this process and for Ray ran
    (sync), or stages them to host memory and writes them in its own background thread (async),
    and returns its fingerprint and ``TrainerState`` (``heron.checkpoint.shards``); when it
    returns, the live tensors are free to change and the trainer may sleep;
-4. ``state.json`` (the run state) is written;
-5. in the caller (sync) or a background thread (async): ``source.wait_saved()`` collects the
-   shards' checksums, then the manifest is written, the folder committed (``layout.commit``)
-   and ``keep_last`` applied.
+4. the run state is taken (``state.json``'s bytes: the run's position at this save);
+5. in the caller (sync) or a background thread (async): ``state.json`` is written,
+   ``source.wait_saved()`` collects the shards' checksums, then the manifest is written, the
+   folder committed (``layout.commit``) and ``keep_last`` applied.
 Errors of step 5 are kept and raised in the loop by the next ``save``, ``check`` or ``close``
 as ``AsyncSaveError`` -- never silently dropped. ``close`` (end of run) waits for the write.
 
@@ -108,27 +108,20 @@ class CheckpointWriter:
                 temp.mkdir()
                 write_tokenizer(temp / HF_META, self.tokenizer)
                 shards = source.save_state(ShardRequest(str(temp.resolve()), self.async_save, self.hf_export))
-                self._write_state(temp, rollout_id, shards, run_state)
+                state = _state_file(rollout_id, shards, run_state)  # the run state now; written with the commit
         finally:
             self._staged.set()
         self.last_stats = {"block_s": time.perf_counter() - start}
         if self._executor is None:
-            self._finish(temp, rollout_id, source, start)
+            self._finish(temp, rollout_id, source, state, start)
             self.last_stats["block_s"] = time.perf_counter() - start
         else:
-            self._pending = (checkpoint_name(rollout_id), self._executor.submit(self._finish, temp, rollout_id, source, start))
+            job = self._executor.submit(self._finish, temp, rollout_id, source, state, start)
+            self._pending = (checkpoint_name(rollout_id), job)
 
-    def _write_state(self, temp: Path, rollout_id: int, shards: SavedShards, run_state: dict | RunStateFn) -> None:
-        """``state.json``: the run state, with the fingerprint and trainer state the source saved."""
-        state = run_state(shards) if callable(run_state) else dict(run_state)
-        fingerprint = {**state.get("fingerprint", {}), "model": shards.model, "optimizer": shards.optimizer}
-        state = {**state, "rollout_id": rollout_id, "fingerprint": fingerprint}
-        if shards.trainer is not None:  # what the source restores on load (Trainer.load_state)
-            state["trainer"] = asdict(shards.trainer)
-        write_file_durably(temp / STATE_FILE, json.dumps(state, indent=1).encode())
-
-    def _finish(self, temp: Path, rollout_id: int, source: ShardSource, start: float) -> Path:
+    def _finish(self, temp: Path, rollout_id: int, source: ShardSource, state: bytes, start: float) -> Path:
         with self._failing_cleanly(temp, rollout_id, AsyncSaveError if self._executor else CheckpointSaveError):
+            write_file_durably(temp / STATE_FILE, state)
             return self._commit(temp, rollout_id, source.wait_saved(), start)
 
     def _commit(self, temp: Path, rollout_id: int, checksums: dict, start: float) -> Path:
@@ -177,3 +170,13 @@ class CheckpointWriter:
         finally:
             if self._executor is not None:
                 self._executor.shutdown(wait=True)
+
+
+def _state_file(rollout_id: int, shards: SavedShards, run_state: dict | RunStateFn) -> bytes:
+    """``state.json``: the run state, with the fingerprint and trainer state the source saved."""
+    state = run_state(shards) if callable(run_state) else dict(run_state)
+    fingerprint = {**state.get("fingerprint", {}), "model": shards.model, "optimizer": shards.optimizer}
+    state = {**state, "rollout_id": rollout_id, "fingerprint": fingerprint}
+    if shards.trainer is not None:  # what the source restores on load (Trainer.load_state)
+        state["trainer"] = asdict(shards.trainer)
+    return json.dumps(state, indent=1).encode()

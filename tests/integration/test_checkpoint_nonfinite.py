@@ -1,6 +1,8 @@
 """A checkpoint with non-finite tensors is never committed (issue 9, item 2.7): ``train.lr=inf``
 used to commit a checkpoint whose 24 tensors were all NaN. The save stops with one line naming
-the tensor, writes nothing, and the last good checkpoint stays ``latest``."""
+the tensor, writes nothing, and the last good checkpoint stays ``latest``. An async save checks
+its staged copy in the background, before its first shard, so the loop is not held up by the
+check and the error comes back from the next wait, like a failed write."""
 
 import pytest
 import torch
@@ -33,6 +35,8 @@ def test_a_nonfinite_tensor_stops_the_save_and_keeps_the_last_good_checkpoint(tm
     name = plant(model, optimizer)
     with pytest.raises(NonFiniteStateError) as e:
         writer.save(1, ModuleShards(model, optimizer), {"rollout_id": 1})
+        assert async_save  # sync raises in save; async checks the staged copy behind the loop
+        writer.wait()  # ... and raises from the next wait, like a failed write
     message = str(e.value)
     assert f"'{name}'" in message and "rollout-000001 not saved" in message and "\n" not in message
     assert not writer.staging  # a failed check does not leave the trainer waiting to sleep

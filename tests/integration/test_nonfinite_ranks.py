@@ -1,7 +1,8 @@
 """Data-parallel ranks agree on non-finite values (issue 9, item 2.7), with two real gloo ranks
 (FSDP2) in subprocesses: a loss that is inf on one rank alone (its gradients stay finite, so
 the global grad norm does not show it) stops or skips the step on *both* ranks, and a NaN in
-one rank's parameter shard stops the checkpoint on both ranks before either writes a file.
+one rank's parameter shard stops the checkpoint on both ranks before either writes a file
+(sync, and async where the check runs on the staged copy in the background).
 Without the agreement the healthy rank would step on and block in the next collective."""
 
 from __future__ import annotations
@@ -84,11 +85,25 @@ def _save_with_nan_on_rank_1(trainer, rank: int, folder: Path) -> dict:
         return {"error": type(e).__name__, "message": str(e)}
 
 
+def _async_save_with_the_nan(trainer, folder: Path) -> dict:
+    """The NaN planted by ``_save_with_nan_on_rank_1`` is still there: an async save checks its
+    staged copy in the background (over the save group) and fails from the wait."""
+    from heron.checkpoint.shards import ShardRequest
+
+    try:
+        trainer.save_state(ShardRequest(str(folder / "rollout-000008.tmp-1-2"), async_save=True))
+        trainer.wait_saved()
+        return {"saved": True}
+    except Exception as e:  # noqa: BLE001 -- reported to the test
+        return {"error": type(e).__name__, "message": str(e)}
+
+
 def _scenarios(rank: int, tmp: Path, model_dir: str) -> dict:
     result = {"error": _train_once(_trainer(model_dir, "error"), rank)}
     skipping = _trainer(model_dir, "skip")
     result["skip"] = _train_once(skipping, rank)
     result["save"] = _save_with_nan_on_rank_1(skipping, rank, tmp)
+    result["async_save"] = _async_save_with_the_nan(skipping, tmp)
     return result
 
 
@@ -116,8 +131,9 @@ def test_skip_skips_the_step_on_every_rank(ranks):
 
 def test_a_nan_shard_stops_the_checkpoint_on_every_rank_before_any_file(ranks):
     results, tmp = ranks
-    for rank, result in enumerate(results):
-        assert result["save"]["error"] == "NonFiniteStateError", (rank, result)
-    assert "tensor 'model.embed_tokens.weight' holds inf or nan" in results[1]["save"]["message"]
-    assert "another rank" in results[0]["save"]["message"]
-    assert not any(tmp.glob("rollout-*/**/*.distcp"))  # no rank wrote a shard
+    for mode in ("save", "async_save"):
+        for rank, result in enumerate(results):
+            assert result[mode]["error"] == "NonFiniteStateError", (mode, rank, result)
+        assert "tensor 'model.embed_tokens.weight' holds inf or nan" in results[1][mode]["message"], mode
+        assert "another rank" in results[0][mode]["message"], mode
+    assert not any(tmp.glob("rollout-*/**/*.distcp"))  # no rank wrote a shard, sync or async
