@@ -90,3 +90,26 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     if peft is not None and isinstance(model, peft.PeftModel):
         return model.get_base_model()
     return model
+
+
+class AdaptersDisabled(torch.nn.Module):
+    """The frozen reference of a LoRA policy: the policy's own forward with its adapters
+    disabled (peft's ``disable_adapter``). The base weights never change under LoRA, so this is
+    the ``model.path`` model, without a second copy of it in memory. The policy is held outside
+    the module tree: the view has no parameters of its own, and ``eval()`` or
+    ``requires_grad_(False)`` on it leave the policy's training mode and adapters alone. Each
+    forward runs the policy in eval mode (as a separate reference would) and restores its mode."""
+
+    def __init__(self, policy: torch.nn.Module):
+        super().__init__()
+        object.__setattr__(self, "policy", policy)  # not a submodule (see above)
+
+    def forward(self, *args, **kwargs):
+        policy = self.policy
+        training = policy.training
+        policy.eval()
+        try:
+            with policy.disable_adapter():
+                return policy(*args, **kwargs)
+        finally:
+            policy.train(training)

@@ -45,7 +45,7 @@ def build_trainer(
     """The policy trainer; ``parallelize(model) -> model`` (data parallelism, applied from
     outside by the cluster layer) runs before the optimizer is built."""
     from heron.device import place, resolve
-    from heron.lora import apply_lora, engine_view
+    from heron.lora import AdaptersDisabled, apply_lora, engine_view
     from heron.models import load_model
     from heron.plugins.loader import load_hook
     from heron.trainer.activation_checkpointing import enable_activation_checkpointing
@@ -57,8 +57,11 @@ def build_trainer(
     if spec.train.gradient_checkpointing:
         enable_activation_checkpointing(model)
     model = place(model, device)
-    # the reference serves the KL term of the loss or, with algo.kl_in_reward, of the reward (sequence_kl)
-    reference = place(load_model(spec.model.path, spec.model.dtype), device) if spec.algo.kl_coef > 0 else None
+    # the reference serves the KL term of the loss or, with algo.kl_in_reward, of the reward (sequence_kl);
+    # under LoRA it is the policy with its adapters off (the frozen base: no second copy)
+    reference = None
+    if spec.algo.kl_coef > 0:
+        reference = AdaptersDisabled(model) if spec.model.lora.enabled else place(load_model(spec.model.path, spec.model.dtype), device)
     return trainer_cls(
         parallelize(model) if parallelize else model,
         spec.train,

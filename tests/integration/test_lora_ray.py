@@ -1,5 +1,6 @@
 """LoRA on the Ray backend: two FSDP2 trainer ranks (frozen base shards beside trainable adapter
-shards) colocated with an engine actor. The run trains the adapters only (the checkpoint holds
+shards) colocated with an engine actor, with a KL term whose reference is each rank's sharded
+policy with its adapters off. The run trains the adapters only (the checkpoint holds
 them, the base weights in the merged model are unchanged where LoRA adds nothing), and what
 rank 0 pushed is the merged model: the checkpoint's hf/ (written from the same host snapshot the
 engines load) equals peft's merge of the saved adapters onto the base, bit for bit."""
@@ -35,12 +36,14 @@ def test_lora_run_on_ray_pushes_the_merged_adapters(no_ray, toy_model_dir, toy_d
         "cluster.backend=ray", RAY_START, "cluster.num_cpus=2", "train.world_size=2", "train.parallel=fsdp2",
         "cluster.cpus_per_bundle=0.5", "colocate=true", "checkpoint.hf_export=true",
         "model.lora.enabled=true", "model.lora.rank=4", "model.lora.target_modules=[q_proj,v_proj]",
+        "algo.kl_coef=0.1",  # the reference is each rank's policy with its adapters off (heron.lora.AdaptersDisabled)
     ])
     try:
         records = train(cfg)
     finally:
         ray.shutdown()
     assert [r["policy_version"] for r in records] == [1, 2] and all(r["train/grad_norm"] > 0 for r in records)
+    assert records[0]["train/kl"] == 0 < records[1]["train/kl"]  # B starts at 0, then the adapters move off the base
     ckpt = tmp_path / "run" / "checkpoints" / "rollout-000001"
     saved = open_checkpoint(ckpt).state["fingerprint"]["model"]
     assert len(saved) == 2 * 2 * 2 and all(".lora_A." in k or ".lora_B." in k for k in saved)  # 2 layers x q,v x A,B
