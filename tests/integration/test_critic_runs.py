@@ -8,7 +8,8 @@ the random model varies on (so values, value loss and both updates are non-zero)
   parameters and AdamW moments included (its state lives in the checkpoint's ``critic/`` folder);
 - a checkpoint without a critic does not resume into a critic run, in one line;
 - on the Ray backend the critic runs in its own actor next to trainer rank 0, colocated with
-  offload, and saves its part of the checkpoint.
+  offload, saves its part of the checkpoint, and a run stopped and resumed on a new Ray
+  session equals the straight Ray run.
 """
 
 from __future__ import annotations
@@ -142,15 +143,48 @@ def test_a_checkpoint_without_a_critic_does_not_resume_into_a_critic_run(toy_mod
     assert "\n" not in str(error.value)
 
 
-def test_critic_runs_on_ray_colocated_with_offload(no_ray, toy_model_dir, toy_data_path, tmp_path):
-    cfg = _config(toy_model_dir, toy_data_path, tmp_path, "rollout.num_rollouts=2", "cluster.backend=ray", RAY_START,
-                  "cluster.num_cpus=2", "cluster.cpus_per_bundle=1", "colocate=true")
+def _ray_config(toy_model_dir, toy_data_path, run_dir: Path):
+    return _config(toy_model_dir, toy_data_path, run_dir, "cluster.backend=ray", RAY_START, "cluster.num_cpus=2",
+                   "cluster.cpus_per_bundle=1", "colocate=true", "checkpoint.async=true")
+
+
+def _ray_run(cfg, stop_after: int | None = None) -> list[dict]:
+    """Runs the loop on Ray (stopping after rollout ``stop_after``); the records of this run."""
+    records = []
     with RLRun(cfg) as run:
-        records = run_rollouts(run)
-    assert [r["policy_version"] for r in records] == [1, 2]
+        def observer(batch, record):
+            records.append(record)
+            if batch.rollout_id == stop_after:
+                raise _Stop
+        try:
+            run_rollouts(run, observer)
+        except _Stop:
+            pass
+    return records
+
+
+@pytest.fixture(scope="module")
+def ray_straight(toy_model_dir, toy_data_path, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("critic_ray_straight")
+    return {"dir": run_dir, "records": _ray_run(_ray_config(toy_model_dir, toy_data_path, run_dir))}
+
+
+def test_critic_runs_on_ray_colocated_with_offload(no_ray, ray_straight):
+    records = ray_straight["records"]
+    assert [r["policy_version"] for r in records] == [1, 2, 3]
     assert all(r["critic/value_loss"] > 0 for r in records) and records[-1]["critic/value_mean"] != 0.0
     assert records[-1]["memory/critic_released_bytes"] > 0  # the critic's actor slept between its operations
-    assert (tmp_path / "checkpoints" / "rollout-000001" / "critic" / "state.json").is_file()
+    assert (ray_straight["dir"] / "checkpoints" / "rollout-000001" / "critic" / "state.json").is_file()
+
+
+def test_critic_run_on_ray_resumes_exactly(no_ray, toy_model_dir, toy_data_path, tmp_path, ray_straight):
+    """Stopped after rollout 0 and resumed on a new Ray session: rollouts 1-2 (the critic's values,
+    value loss and both updates) equal the straight Ray run's, so the critic actor's weights and
+    AdamW state came back from the checkpoint's critic/ folder."""
+    cfg = _ray_config(toy_model_dir, toy_data_path, tmp_path)
+    assert [r["rollout_id"] for r in _ray_run(cfg, stop_after=STOP_AFTER)] == [0]
+    assert [r["rollout_id"] for r in _ray_run(cfg)] == [1, 2]
+    assert _same_rows(_rows(tmp_path), _rows(ray_straight["dir"]))
 
 
 def test_a_bad_critic_path_fails_in_the_preflight(toy_model_dir, toy_data_path, tmp_path):
