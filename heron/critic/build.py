@@ -21,7 +21,8 @@ class CriticSpec:
     model: ModelConfig
     """``model.path`` is the backbone unless ``critic.path`` names another folder; ``model.dtype``."""
     train: TrainConfig
-    """The policy's batching, which the critic shares: steps_per_rollout, micro_batch_size, on_nonfinite."""
+    """The policy's batching, which the critic shares: steps_per_rollout, micro_batch_size,
+    max_tokens_per_micro_batch, on_nonfinite."""
     seed: int
     """``run.seed``: an actor seeds torch with it before building (as the driver does)."""
 
@@ -32,4 +33,5 @@ def build_critic(spec: CriticSpec) -> Critic:
     torch.manual_seed(spec.seed)
     model = load_value_model(spec.critic.path or spec.model.path, spec.model.dtype)
     return Critic(model, spec.critic, steps_per_rollout=spec.train.steps_per_rollout,
-                  micro_batch_size=spec.train.micro_batch_size, on_nonfinite=spec.train.on_nonfinite)
+                  micro_batch_size=spec.train.micro_batch_size, on_nonfinite=spec.train.on_nonfinite,
+                  max_tokens_per_micro_batch=spec.train.max_tokens_per_micro_batch)

@@ -5,8 +5,8 @@ Like ``PolicyTrainer`` it knows nothing about where it runs: residency (sleep/wa
 host are attached from outside, and each public operation declares what it needs
 (``@needs_device`` wakes it if it sleeps; ``@host_only`` never does): see docs/residency.md.
 
-One update (``train``), per mini-batch j of ``train.steps_per_rollout`` (micro-batched, gradients
-accumulated), with R = the GAE returns and V_old the values the advantages were computed with:
+One update (``train``), per mini-batch j of ``train.steps_per_rollout`` (micro-batched like the
+policy's -- by row count or packed by ``train.max_tokens_per_micro_batch`` -- gradients accumulated), with R = the GAE returns and V_old the values the advantages were computed with:
 
     loss_j = sum_t m_t 0.5 max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2) / sum_t m_t
 
@@ -31,6 +31,7 @@ from heron.critic.state import CriticCheckpoint
 from heron.residency import Holdings, Resident, host_only, needs_device
 from heron.trainer.batch import TrainBatch
 from heron.trainer.optimizer import build_adamw, trained_tensors
+from heron.trainer.packing import MicroBatch, micro_batches
 from heron.trainer.nonfinite import nonfinite_error, nonfinite_values
 from heron.trainer.policy_trainer import mean_over_applied
 
@@ -42,11 +43,12 @@ log = logging.getLogger("heron.critic")
 
 class Critic(Resident):
     def __init__(self, model: torch.nn.Module, cfg: CriticConfig, *, steps_per_rollout: int,
-                 micro_batch_size: int, on_nonfinite: str = "error"):
+                 micro_batch_size: int, on_nonfinite: str = "error", max_tokens_per_micro_batch: int = 0):
         self.model = model.train()
         self.cfg = cfg
         self.steps_per_rollout = steps_per_rollout
         self.micro_batch_size = micro_batch_size
+        self.max_tokens_per_micro_batch = max_tokens_per_micro_batch  # > 0: packed as the policy's (heron.trainer.packing)
         self.on_nonfinite = on_nonfinite
         self.optimizer = build_adamw(model, cfg)
         self._checkpoint = CriticCheckpoint(self.model, self.optimizer)
@@ -60,8 +62,10 @@ class Critic(Resident):
     @torch.no_grad()
     def values(self, batch: TrainBatch) -> torch.Tensor:
         """V_t [B, L-1] of every row at the current weights, 0 off the loss positions."""
-        parts = [self.model(mb.input_ids, mb.attention_mask) for mb in batch.chunks(self.micro_batch_size)]
-        return torch.cat(parts) * batch.loss_mask
+        values = torch.zeros_like(batch.loss_mask)  # [B, L-1]
+        for micro in self._micro_batches(batch):
+            values[micro.rows, : micro.length - 1] = self.model(micro.batch.input_ids, micro.batch.attention_mask)
+        return values * batch.loss_mask
 
     @needs_device
     def train(self, batch: TrainBatch) -> dict[str, float]:
@@ -84,8 +88,8 @@ class Critic(Resident):
         """(metric sums, whether applied): one optimizer step; a non-finite loss or grad norm is never applied."""
         normalizer = max(mini.num_loss_tokens, 1.0)  # token-mean over the whole mini-batch
         sums: dict[str, float] = defaultdict(float)
-        for micro in mini.chunks(self.micro_batch_size):
-            values = self.model(micro.input_ids, micro.attention_mask)  # [b, L-1]
+        for micro in (part.batch for part in self._micro_batches(mini)):
+            values = self.model(micro.input_ids, micro.attention_mask)  # [b, l-1]
             out = clipped_value_loss(values, micro.old_values, micro.returns, micro.loss_mask,
                                      clip=self.cfg.value_clip, normalizer=normalizer)
             out.loss.backward()
@@ -103,6 +107,10 @@ class Critic(Resident):
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return sums, True
+
+    def _micro_batches(self, batch: TrainBatch) -> list[MicroBatch]:
+        """By row count, or packed under ``train.max_tokens_per_micro_batch`` like the policy's."""
+        return micro_batches(batch, self.micro_batch_size, self.max_tokens_per_micro_batch)
 
     @host_only
     def holdings(self) -> Holdings:

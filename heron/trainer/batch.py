@@ -15,6 +15,10 @@ from heron.device import to_device
 from heron.records import Sample
 
 
+_SEQUENCE_FIELDS = ("input_ids", "attention_mask")  # [B, L]; every other 2-D tensor is per position [B, L-1]
+_ROW_INFO = ("rollout_id", "policy_version", "sample_ids")
+
+
 @dataclass
 class TrainBatch:
     rollout_id: int
@@ -57,6 +61,23 @@ class TrainBatch:
             returns=None if self.returns is None else self.returns[index],
             old_values=None if self.old_values is None else self.old_values[index],
         )
+
+    def take(self, rows: Sequence[int], length: int) -> "TrainBatch":
+        """Rows ``rows`` (in that order), cut to ``length`` positions: the [B, L] tensors to
+        ``length``, the per-position [B, L-1] ones (token-level advantages, returns and old values
+        included) to ``length - 1``; [B] tensors are only indexed."""
+        index = torch.tensor(list(rows), dtype=torch.long)
+
+        def cut(name: str, t: torch.Tensor | None) -> torch.Tensor | None:
+            if t is None:
+                return None
+            t = t[index]
+            if t.dim() == 1:
+                return t
+            return t[:, :length] if name in _SEQUENCE_FIELDS else t[:, : length - 1]
+
+        tensors = {f.name: cut(f.name, getattr(self, f.name)) for f in fields(self) if f.name not in _ROW_INFO}
+        return replace(self, sample_ids=[self.sample_ids[i] for i in rows], **tensors)
 
     def chunks(self, size: int) -> Iterator["TrainBatch"]:
         for start in range(0, len(self), size):

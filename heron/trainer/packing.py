@@ -19,7 +19,7 @@ splits its largest ones in two (one row at least each), which changes no value e
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -59,7 +59,7 @@ def micro_batches(
     for group in groups:
         rows = sorted(group)
         length = min(full, max(2, max(lengths[i] for i in rows)))
-        out.append(MicroBatch(torch.tensor(rows), length, take_rows(mini, rows, length)))
+        out.append(MicroBatch(torch.tensor(rows), length, mini.take(rows, length)))
     return out
 
 
@@ -88,19 +88,3 @@ def split_to_count(groups: list[list[int]], target: int) -> list[list[int]]:
         half = (len(group) + 1) // 2
         groups[largest : largest + 1] = [group[:half], group[half:]]
     return groups
-
-
-def take_rows(batch: TrainBatch, rows: list[int], length: int) -> TrainBatch:
-    """Rows ``rows`` of ``batch`` (in that order), cut to ``length`` positions."""
-    index = torch.tensor(rows)
-    cut = length - 1  # per-position tensors hold L-1 predicted positions
-    return replace(
-        batch,
-        sample_ids=[batch.sample_ids[i] for i in rows],
-        input_ids=batch.input_ids[index, :length],
-        attention_mask=batch.attention_mask[index, :length],
-        loss_mask=batch.loss_mask[index, :cut],
-        advantages=batch.advantages[index],
-        old_logprobs=batch.old_logprobs[index, :cut],
-        mismatch_weights=None if batch.mismatch_weights is None else batch.mismatch_weights[index, :cut],
-    )

@@ -35,11 +35,12 @@ class TokenIdBackbone(torch.nn.Module):
         return SimpleNamespace(last_hidden_state=input_ids.float().unsqueeze(-1))  # [B, L, 1]
 
 
-def _critic(steps: int = 1, micro: int = 8, **cfg) -> Critic:
+def _critic(steps: int = 1, micro: int = 8, max_tokens: int = 0, **cfg) -> Critic:
     model = ValueModel(TokenIdBackbone(), hidden_size=1)
     with torch.no_grad():
         model.value_head.weight.fill_(1.0)
-    return Critic(model, CriticConfig(**cfg), steps_per_rollout=steps, micro_batch_size=micro)
+    return Critic(model, CriticConfig(**cfg), steps_per_rollout=steps, micro_batch_size=micro,
+                  max_tokens_per_micro_batch=max_tokens)
 
 
 def _sample(index: int, prompt: list[int], response: list[int], reward: float, mask: list[int] | None = None) -> Sample:
@@ -166,6 +167,19 @@ def test_micro_batching_gives_the_mini_batch_update_and_steps_split_like_the_pol
     once = _critic(steps=1, micro=4)
     once.train(rows)
     assert not torch.equal(once.model.value_head.weight, whole.model.value_head.weight)
+
+
+def test_packed_micro_batches_put_values_in_their_rows_and_give_the_row_update():
+    """train.max_tokens_per_micro_batch packs the critic's rows like the policy's: rows of 4, 4, 2
+    and 3 tokens under a budget of 6 -> [0], [1], [3, 2] (cut to 3 positions)."""
+    rows = _train_batch()
+    packed, whole = _critic(max_tokens=6), _critic(micro=4)
+    assert [(p.length, p.batch.old_values.shape[1]) for p in packed._micro_batches(rows)] == [(4, 3), (4, 3), (3, 2)]
+    assert torch.equal(packed.values(rows), whole.values(rows))  # V = token id: exact
+    m_packed, m_whole = packed.train(rows), whole.train(rows)
+    assert m_packed["value_loss"] == pytest.approx(m_whole["value_loss"], abs=1e-6)
+    for a, b in zip(packed.model.parameters(), whole.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
 
 
 def test_the_value_head_starts_at_zero():

@@ -6,6 +6,7 @@ sums changes), bit for bit where the grouping and padded length are the same."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -50,6 +51,44 @@ def test_packed_micro_batches_are_cut_to_their_longest_row(toy_model_dir):
         assert p.batch.loss_mask.sum() == batch.loss_mask[p.rows].sum()  # only padding was cut
     assert min(p.length for p in parts) < full  # the rollout's rows differ in length
     assert len(micro_batches(batch, 4, 3 * full, count=lambda n: n + 2)) == len(parts) + 2
+
+
+def test_take_cuts_every_per_position_tensor_with_its_rows():
+    """[B, L] tensors to the length, [B, L-1] ones (token-level advantages, returns, old values,
+    mismatch weights) to length - 1, [B] ones indexed only."""
+    from heron.trainer.batch import TrainBatch
+
+    per_position = lambda offset: torch.arange(3 * 4, dtype=torch.float32).reshape(3, 4) + offset  # [B, L-1]
+    batch = TrainBatch(
+        rollout_id=1, policy_version=1, sample_ids=["a", "b", "c"], input_ids=torch.arange(15).reshape(3, 5),
+        attention_mask=torch.ones(3, 5, dtype=torch.long), loss_mask=per_position(0), advantages=per_position(100),
+        old_logprobs=per_position(200), mismatch_weights=per_position(300), returns=per_position(400),
+        old_values=per_position(500),
+    )
+    part = batch.take([2, 0], 3)
+    assert part.sample_ids == ["c", "a"] and torch.equal(part.input_ids, torch.tensor([[10, 11, 12], [0, 1, 2]]))
+    assert part.attention_mask.shape == (2, 3)
+    for name, offset in (("loss_mask", 0), ("advantages", 100), ("old_logprobs", 200), ("mismatch_weights", 300),
+                         ("returns", 400), ("old_values", 500)):
+        assert torch.equal(getattr(part, name), torch.tensor([[8.0, 9.0], [0.0, 1.0]]) + offset), name
+    sequence_level = replace(batch, advantages=torch.tensor([1.0, 2.0, 3.0]), returns=None, old_values=None)
+    assert torch.equal(sequence_level.take([2, 0], 3).advantages, torch.tensor([3.0, 1.0]))
+    assert sequence_level.take([1], 2).returns is None
+
+
+@pytest.mark.portability
+def test_token_level_advantages_pack_like_rows(toy_model_dir):
+    """algo.advantage=gae gives [B, L-1] advantages: packed micro-batches cut them with their rows
+    (they crashed the loss with a shape mismatch before) and give the row-count update."""
+    _, _, batch = _rollout(toy_model_dir)
+    batch = replace(batch, advantages=batch.advantages[:, None] * batch.loss_mask * torch.linspace(0.5, 1.5, batch.loss_mask.shape[1]))
+    rows = _trainer(toy_model_dir, micro_batch_size=4)
+    packed = _trainer(toy_model_dir, max_tokens_per_micro_batch=3 * batch.input_ids.shape[1])
+    initial = {k: v.clone() for k, v in rows.model.state_dict().items()}
+    m_rows, m_packed = rows.train(batch), packed.train(batch)
+    n = reduction_length(rows.model.config, tokens=batch.input_ids.numel())
+    assert_updates_close(packed.model.state_dict(), rows.model.state_dict(), initial, n=n, steps=1)
+    assert_sums_close(m_packed["pg_loss"], m_rows["pg_loss"], n=n, magnitude=abs(m_rows["pg_loss"]) + 1.0, what="pg_loss")
 
 
 def _trainer(model_dir, loss_agg="token-mean", **train_kw) -> PolicyTrainer:
