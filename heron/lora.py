@@ -8,8 +8,9 @@ the gradients and the checkpoint's DCP shards hold the adapters only; the base w
 
 Engines serve a plain model: ``merged_weights`` turns the trainer's state dict (peft names)
 into the HF state dict of ``W' = W + (B @ A) * (alpha / r)``, the same operations in the same
-order as peft's ``merge_and_unload`` (``get_delta_weight`` then ``W += delta``), so the merged
-weights are bit-identical to peft's.
+order as peft's ``merge_and_unload`` (``get_delta_weight`` then ``W += delta`` in place), so the
+merged weights are bit-identical to peft's -- with a bf16 base too, whose adapters peft keeps in
+float32: the float32 delta is added into the bf16 weight and rounded once (tests/unit/test_lora_merge.py).
 """
 
 from __future__ import annotations
@@ -76,9 +77,9 @@ def merged_weights(state: dict[str, torch.Tensor], scaling: float) -> dict[str, 
             continue
         a = state[f"{PEFT_PREFIX}{layer}.lora_A.{ADAPTER}.weight"]  # [r, in]
         b = state[f"{PEFT_PREFIX}{layer}.lora_B.{ADAPTER}.weight"]  # [out, r]
-        delta = (b @ a) * scaling  # [out, in]; peft: transpose(B @ A, fan_in_fan_out) * scaling
         weight = tensor.clone()
-        weight += delta.to(weight.dtype)
+        delta = (b @ a) * scaling  # [out, in]; peft: transpose(B @ A, fan_in_fan_out) * scaling
+        weight += delta  # in place: a float32 delta (peft keeps adapters float32) is added, then rounded once
         merged[f"{layer}.weight"] = weight
     return merged
 
