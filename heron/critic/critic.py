@@ -6,7 +6,8 @@ host are attached from outside, and each public operation declares what it needs
 (``@needs_device`` wakes it if it sleeps; ``@host_only`` never does): see docs/residency.md.
 
 One update (``train``), per mini-batch j of ``train.steps_per_rollout`` (micro-batched like the
-policy's -- by row count or packed by ``train.max_tokens_per_micro_batch`` -- gradients accumulated), with R = the GAE returns and V_old the values the advantages were computed with:
+policy's -- by row count or packed by ``train.max_tokens_per_micro_batch`` -- gradients
+accumulated), with R = the GAE returns and V_old the values the advantages were computed with:
 
     loss_j = sum_t m_t 0.5 max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2) / sum_t m_t
 

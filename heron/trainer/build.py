@@ -60,8 +60,10 @@ def build_trainer(
     # the reference serves the KL term of the loss or, with algo.kl_in_reward, of the reward (sequence_kl);
     # under LoRA it is the policy with its adapters off (the frozen base: no second copy)
     reference = None
-    if spec.algo.kl_coef > 0:
-        reference = AdaptersDisabled(model) if spec.model.lora.enabled else place(load_model(spec.model.path, spec.model.dtype), device)
+    if spec.algo.kl_coef > 0 and spec.model.lora.enabled:
+        reference = AdaptersDisabled(model)
+    elif spec.algo.kl_coef > 0:
+        reference = place(load_model(spec.model.path, spec.model.dtype), device)
     return trainer_cls(
         parallelize(model) if parallelize else model,
         spec.train,
