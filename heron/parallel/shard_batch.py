@@ -28,15 +28,6 @@ def shard_for_ranks(batch: TrainBatch, steps: int, world_size: int) -> list[Trai
 
 def concat(parts: list[TrainBatch]) -> TrainBatch:
     """Rows of ``parts`` stacked in order (all parts share one padded length)."""
-    return replace(
-        parts[0],
-        sample_ids=[i for p in parts for i in p.sample_ids],
-        input_ids=torch.cat([p.input_ids for p in parts]),
-        attention_mask=torch.cat([p.attention_mask for p in parts]),
-        loss_mask=torch.cat([p.loss_mask for p in parts]),
-        advantages=torch.cat([p.advantages for p in parts]),
-        old_logprobs=torch.cat([p.old_logprobs for p in parts]),
-        mismatch_weights=None if parts[0].mismatch_weights is None else torch.cat([p.mismatch_weights for p in parts]),
-        returns=None if parts[0].returns is None else torch.cat([p.returns for p in parts]),
-        old_values=None if parts[0].old_values is None else torch.cat([p.old_values for p in parts]),
-    )
+    tensors = {name: None if t is None else torch.cat([getattr(p, name) for p in parts])
+               for name, t in parts[0].row_tensors().items()}
+    return replace(parts[0], sample_ids=[i for p in parts for i in p.sample_ids], **tensors)

@@ -43,24 +43,20 @@ class TrainBatch:
     def to(self, device: torch.device) -> "TrainBatch":
         """This batch with every tensor on ``device``: itself when all are there already (on CPU,
         always), else a copy (``heron.device.to_device``); collated batches live on the host."""
-        tensors = {f.name: getattr(self, f.name) for f in fields(self) if torch.is_tensor(getattr(self, f.name))}
+        tensors = {name: t for name, t in self.row_tensors().items() if t is not None}
         if all(t.device == device for t in tensors.values()):
             return self
         return replace(self, **{name: to_device(t, device) for name, t in tensors.items()})
 
+    def row_tensors(self) -> dict[str, torch.Tensor | None]:
+        """Every per-row tensor field by name (rows on dim 0; None where unset): what ``to``,
+        ``select``, ``take`` and ``heron.parallel.shard_batch.concat`` carry, so a field added
+        to the batch is carried by all of them."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _ROW_INFO}
+
     def select(self, index: slice) -> "TrainBatch":
-        return replace(
-            self,
-            sample_ids=self.sample_ids[index],
-            input_ids=self.input_ids[index],
-            attention_mask=self.attention_mask[index],
-            loss_mask=self.loss_mask[index],
-            advantages=self.advantages[index],
-            old_logprobs=self.old_logprobs[index],
-            mismatch_weights=None if self.mismatch_weights is None else self.mismatch_weights[index],
-            returns=None if self.returns is None else self.returns[index],
-            old_values=None if self.old_values is None else self.old_values[index],
-        )
+        tensors = {name: None if t is None else t[index] for name, t in self.row_tensors().items()}
+        return replace(self, sample_ids=self.sample_ids[index], **tensors)
 
     def take(self, rows: Sequence[int], length: int) -> "TrainBatch":
         """Rows ``rows`` (in that order), cut to ``length`` positions: the [B, L] tensors to
@@ -76,7 +72,7 @@ class TrainBatch:
                 return t
             return t[:, :length] if name in _SEQUENCE_FIELDS else t[:, : length - 1]
 
-        tensors = {f.name: cut(f.name, getattr(self, f.name)) for f in fields(self) if f.name not in _ROW_INFO}
+        tensors = {name: cut(name, t) for name, t in self.row_tensors().items()}
         return replace(self, sample_ids=[self.sample_ids[i] for i in rows], **tensors)
 
     def chunks(self, size: int) -> Iterator["TrainBatch"]:
