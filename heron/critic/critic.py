@@ -32,7 +32,7 @@ from heron.critic.state import CriticCheckpoint
 from heron.residency import Holdings, Resident, host_only, needs_device
 from heron.trainer.batch import TrainBatch
 from heron.trainer.optimizer import build_adamw, trained_tensors
-from heron.trainer.packing import MicroBatch, micro_batches
+from heron.trainer.packing import MicroBatch, micro_batches, stitch
 from heron.trainer.nonfinite import nonfinite_error, nonfinite_values
 from heron.trainer.policy_trainer import mean_over_applied
 
@@ -63,10 +63,9 @@ class Critic(Resident):
     @torch.no_grad()
     def values(self, batch: TrainBatch) -> torch.Tensor:
         """V_t [B, L-1] of every row at the current weights, 0 off the loss positions."""
-        values = torch.zeros_like(batch.loss_mask)  # [B, L-1]
-        for micro in self._micro_batches(batch):
-            values[micro.rows, : micro.length - 1] = self.model(micro.batch.input_ids, micro.batch.attention_mask)
-        return values * batch.loss_mask
+        parts = self._micro_batches(batch)
+        values = stitch(parts, batch.loss_mask, lambda micro: self.model(micro.input_ids, micro.attention_mask))
+        return values * batch.loss_mask  # [B, L-1]
 
     @needs_device
     def train(self, batch: TrainBatch) -> dict[str, float]:

@@ -41,6 +41,15 @@ class MicroBatch:
         return per_position[self.rows, : self.length - 1]
 
 
+def stitch(parts: list[MicroBatch], like: torch.Tensor, fn: Callable[[TrainBatch], torch.Tensor]) -> torch.Tensor:
+    """The mini-batch tensor [B, L-1] (zeros like ``like``) with ``fn(part.batch)`` [b, length-1]
+    of every micro-batch in its rows: the inverse of ``MicroBatch.take``."""
+    out = torch.zeros_like(like)  # [B, L-1]
+    for part in parts:
+        out[part.rows, : part.length - 1] = fn(part.batch)
+    return out
+
+
 def micro_batches(
     mini: TrainBatch, micro_batch_size: int, max_tokens: int, count: Callable[[int], int] = lambda n: n
 ) -> list[MicroBatch]:

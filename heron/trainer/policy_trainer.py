@@ -32,7 +32,7 @@ from heron.trainer.nonfinite import nonfinite_error, nonfinite_values
 from heron.trainer.objectives import Objective
 from heron.trainer.optimizer import build_adamw, trained_tensors
 from heron.trainer.old_logprobs import plan_old_logprobs
-from heron.trainer.packing import MicroBatch, micro_batches
+from heron.trainer.packing import MicroBatch, micro_batches, stitch
 from heron.trainer.precision import forward_context
 from heron.weights.handle import InMemory, WeightHandle
 
@@ -91,10 +91,9 @@ class PolicyTrainer(Resident):
         model = self.reference if reference else self.model
         if model is None:
             raise ValueError("no reference model: set algo.kl_coef > 0 to load one")
-        logprobs = torch.zeros_like(batch.loss_mask)  # [B, L-1]
-        for micro in self._micro_batches(batch):
-            logprobs[micro.rows, : micro.length - 1] = self._model_logprobs(model, micro.batch)[0]
-        return logprobs * batch.loss_mask
+        parts = self._micro_batches(batch)
+        logprobs = stitch(parts, batch.loss_mask, lambda micro: self._model_logprobs(model, micro)[0])
+        return logprobs * batch.loss_mask  # [B, L-1]
 
     @needs_device
     def train(self, batch: TrainBatch) -> dict[str, float]:
