@@ -70,24 +70,18 @@ class ModuleShards:
         ``primary``: this process writes the checkpoint-wide files (the model's HF config)."""
         self.wait_saved()
         live = dcp_io.live_state(self.model, self.optimizer)
-        name = checkpoint_of(request.folder)
-        if not request.async_save:
-            check_finite_state(live, name, process_group=dcp_io.world_group())  # before any file
         saved = SavedShards(model_fingerprint(live["model"]), optimizer_fingerprint(self.optimizer, live["optimizer"]))
         folder = Path(request.folder)
         if primary:
             write_model_meta(folder / HF_META, self.model)
         tensors = dcp_io.stage(live, self._buffers) if request.async_save else live
-        group = self._process_group()
-        # async: the finite check runs behind, on the staged copy, before the first shard (its
-        # error comes back like a write error, from the next save, check or close)
-        checked = partial(check_finite_state, tensors, name, process_group=group) if request.async_save else None
-        job = partial(_write, tensors, folder, group, hf_weights if request.hf_export else None, checked)
+        job = partial(_write, tensors, folder, self._process_group(), hf_weights if request.hf_export else None)
         if request.async_save:
             self._pending = self._background().submit(job)
-        else:
+        else:  # a failed write raises here and leaves nothing pending
+            checksums = job()
             self._pending = Future()
-            self._pending.set_result(job())
+            self._pending.set_result(checksums)
         return saved
 
     def wait_saved(self) -> dict[str, str]:
@@ -107,9 +101,10 @@ class ModuleShards:
         return self._executor
 
 
-def _write(tensors: dict, folder: Path, group, hf_weights: dict | None, check=None) -> dict[str, str]:
-    if check is not None:
-        check()
+def _write(tensors: dict, folder: Path, group, hf_weights: dict | None) -> dict[str, str]:
+    # before the first shard, every rank agreeing over the save's group; async: on the staged copy,
+    # in the background, so its error comes back like a write error (next save, check or close)
+    check_finite_state(tensors, checkpoint_of(str(folder)), process_group=group)
     checksums = dcp_io.save(tensors, folder, group)
     if hf_weights:
         write_hf_folder(folder / HF_FOLDER, hf_weights, folder / HF_META)

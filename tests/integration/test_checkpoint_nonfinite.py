@@ -55,3 +55,23 @@ def test_every_bad_tensor_is_counted_and_the_first_is_named(tmp_path):
         writer.save(0, ModuleShards(model, optimizer), {"rollout_id": 0})  # 2 weights + 2 biases
     writer.close()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.timeout(120)  # the old code hung here forever: the failed save left a Future with no result
+@pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
+def test_the_same_trainer_saves_again_after_a_refused_save(tmp_path, async_save):
+    """A refused save leaves nothing pending: once the state is finite again, the next save of
+    the same shards writes and commits."""
+    model, optimizer = model_and_optimizer()
+    shards = ModuleShards(model, optimizer)
+    writer = CheckpointWriter(tmp_path, async_save=async_save, keep_last=0)
+    name = _plant_in_weight(model, optimizer)
+    with pytest.raises(NonFiniteStateError, match=f"'{name}'"):
+        writer.save(0, shards, {"rollout_id": 0})
+        writer.wait()
+    with torch.no_grad():
+        model[1].weight[0, 2] = 0.0
+    writer.save(1, shards, {"rollout_id": 1})
+    writer.wait()
+    writer.close()
+    assert read_latest(tmp_path) == "rollout-000001"
