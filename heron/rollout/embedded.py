@@ -5,9 +5,9 @@ batch, V = vocabulary size, S = most stop tokens of any row.
 
 How a batch is decoded: prompts are left-padded to P so every row's next token sits in the
 last column; position ids count only real tokens (cumsum(mask) - 1), so a padded prompt sees
-the same positions as it would alone. One prefill of the distinct prompts fills a
-``DynamicCache`` whose rows are then copied to every request of the prompt, then each step feeds
-one token per row. A row finishes on one of its stop tokens (kept in the output, with its
+the same positions as it would alone. One prefill of the distinct prompts fills a KV cache
+allocated once for P + T positions (``heron.rollout.kv_cache``) whose rows are then copied to
+every request of the prompt, then each step feeds one token per row. A row finishes on one of its stop tokens (kept in the output, with its
 logprob) or after its ``max_new_tokens``; finished rows leave the decode batch (down to
 ``min_rows`` rows, see ``heron.rollout.batch_rows``); the loop ends as soon as every row has
 finished.
@@ -29,6 +29,7 @@ import torch
 from heron.records import Generation, GenerationRequest
 from heron.residency import Holdings, Resident, host_only, needs_device
 from heron.rollout.batch_rows import MIN_ROWS, batch_params, distinct_prompts, rows_to_keep
+from heron.rollout.kv_cache import preallocated_cache
 from heron.rollout.request_checks import validate_request
 from heron.rollout.sampling import select_tokens
 from heron.weights.handle import WeightHandle
@@ -140,12 +141,11 @@ class EmbeddedEngine(Resident):
 
     @torch.inference_mode()
     def _generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
-        from transformers import DynamicCache
-
         device = self.device
         params = batch_params(requests, device)
-        cache = DynamicCache(config=self.model.config)
-        logits, full_mask, next_position = self._prefill([r.prompt_tokens for r in requests], params.num_steps, cache)
+        prompts = [r.prompt_tokens for r in requests]
+        cache = preallocated_cache(self.model.config, max(len(p) for p in prompts) + params.num_steps)  # P + T
+        logits, full_mask, next_position = self._prefill(prompts, params.num_steps, cache)
         num_rows, prompt_len = len(requests), full_mask.shape[1] - params.num_steps
         tokens_out = torch.full((num_rows, params.num_steps), self.pad_token_id, device=device)  # [B, T]
         logprobs_out = torch.zeros(num_rows, params.num_steps, device=device)  # [B, T]
@@ -208,7 +208,7 @@ class EmbeddedEngine(Resident):
     @host_only
     def holdings(self) -> Holdings:
         """Weights and buffers (guarded while asleep). The KV cache lives only inside ``generate``
-        (one DynamicCache per batch, freed on return), so at rest it holds 0 bytes of cache."""
+        (one preallocated cache per batch, freed on return), so at rest it holds 0 bytes of cache."""
         model = self.model
 
         def inventory():
