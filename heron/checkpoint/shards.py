@@ -7,16 +7,16 @@ model and optimizer, and the driver later collects the files' checksums with ``w
 commits. DCP writes a world-size-independent format, so shards saved by N ranks load into M.
 
 Sync: the finite check (heron.checkpoint.finite) and the files run inside ``save_state``. Async:
-``save_state`` copies the live tensors to host buffers (``dcp_io.stage``) and returns; a
-background thread of this process checks the copy and writes it (a non-finite tensor then
-fails the save from the next wait, before any shard, like a write error).
+``save_state`` copies the live tensors to host buffers (``dcp_io.stage``) and returns; a thread
+started for this save (heron.checkpoint.write_thread) checks the copy and writes it (a
+non-finite tensor then fails the save from the next wait, before any shard, like a write error).
 Either way the trainer may change or sleep as soon as ``save_state`` returns. At most one save
 is in flight per process: the next ``save_state`` or ``wait_saved`` waits for it.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -29,6 +29,7 @@ from heron.checkpoint.fingerprint import model_fingerprint, optimizer_fingerprin
 from heron.checkpoint.hf_export import HF_FOLDER, HF_META, write_hf_folder, write_model_meta
 from heron.checkpoint.layout import checkpoint_of
 from heron.checkpoint.run_state import TrainerState
+from heron.checkpoint.write_thread import start_write
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,6 @@ class ModuleShards:
     optimizer: torch.optim.Optimizer
     _buffers: dict = field(default_factory=dict, repr=False)  # host tensors reused by every async staging
     _pending: Future | None = field(default=None, repr=False)
-    _executor: ThreadPoolExecutor | None = field(default=None, repr=False)
     _group: object = field(default=dcp_io.UNSET, repr=False)
 
     def save_state(self, request: ShardRequest, hf_weights: dict[str, torch.Tensor] | None = None,
@@ -77,7 +77,7 @@ class ModuleShards:
         tensors = dcp_io.stage(live, self._buffers) if request.async_save else live
         job = partial(_write, tensors, folder, self._process_group(), hf_weights if request.hf_export else None)
         if request.async_save:
-            self._pending = self._background().submit(job)
+            self._pending = start_write(job, "heron-ckpt-shards")
         else:  # a failed write raises here and leaves nothing pending
             checksums = job()
             self._pending = Future()
@@ -94,11 +94,6 @@ class ModuleShards:
         if self._group is dcp_io.UNSET:  # collective when distributed: every rank's first save
             self._group = dcp_io.save_process_group()
         return self._group
-
-    def _background(self) -> ThreadPoolExecutor:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="heron-ckpt-shards")
-        return self._executor
 
 
 def _write(tensors: dict, folder: Path, group, hf_weights: dict | None) -> dict[str, str]:
