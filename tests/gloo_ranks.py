@@ -9,6 +9,7 @@ import gc
 import json
 import os
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Callable
@@ -18,8 +19,19 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def on_gloo_ranks(fn: Callable[..., dict], world_size: int, tmp: Path, *args, timeout_s: float = 120.0) -> list[dict]:
-    mp.spawn(_rank_main, args=(fn, world_size, str(tmp), args, timeout_s), nprocs=world_size, join=True)
+def on_gloo_ranks(fn: Callable[..., dict], world_size: int, tmp: Path, *args, timeout_s: float = 120.0,
+                  deadline_s: float = 600.0) -> list[dict]:
+    """``timeout_s``: gloo's per-collective timeout; ``deadline_s``: for the whole call. A rank
+    still running at the deadline (a hang outside any collective) is killed and the call fails
+    naming it, instead of waiting for pytest's own timeout."""
+    context = mp.spawn(_rank_main, args=(fn, world_size, str(tmp), args, timeout_s), nprocs=world_size, join=False)
+    deadline = time.monotonic() + deadline_s
+    while not context.join(timeout=max(0.1, deadline - time.monotonic())):
+        if time.monotonic() >= deadline:
+            alive = [rank for rank, process in enumerate(context.processes) if process.is_alive()]
+            for process in context.processes:
+                process.kill()
+            raise TimeoutError(f"gloo ranks {alive} of {world_size} still running after {deadline_s:.0f} s; killed")
     return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world_size)]
 
 
