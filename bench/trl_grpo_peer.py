@@ -4,7 +4,7 @@ TRL's GRPOTrainer on a local model folder and a JSONL of {"prompt", "label"} row
 exact-match reward heron's ``reward.fn=exact_match`` computes; one optimizer step per rollout.
 Writes {"step_s": [...]} (wall seconds of each optimizer step, generation included) to argv[3].
 
-    .venv-trl/bin/python bench/trl_grpo_peer.py MODEL_DIR DATA.jsonl OUT.json NUM_STEPS PROMPTS SAMPLES NEW_TOKENS LR
+    .venv-trl/bin/python bench/trl_grpo_peer.py MODEL_DIR DATA.jsonl OUT.json NUM_STEPS PROMPTS SAMPLES NEW_TOKENS LR PRECISION
 """
 
 import json
@@ -21,7 +21,7 @@ def main() -> None:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    model_dir, data, out, num_steps, prompts, samples, new_tokens, lr = sys.argv[1:9]
+    model_dir, data, out, num_steps, prompts, samples, new_tokens, lr, precision = sys.argv[1:10]
     samples = int(samples)
     times: list[float] = []
 
@@ -36,7 +36,7 @@ def main() -> None:
         output_dir=f"{out}.trainer", max_steps=int(num_steps), per_device_train_batch_size=int(prompts) * samples,
         num_generations=samples, max_completion_length=int(new_tokens), steps_per_generation=1, num_iterations=1,
         gradient_accumulation_steps=1, learning_rate=float(lr), beta=0.0, temperature=1.0, top_p=1.0,
-        use_cpu=True, bf16=False, report_to="none", save_strategy="no", logging_steps=1,
+        use_cpu=True, bf16=precision == "bf16", report_to="none", save_strategy="no", logging_steps=1,
         dataloader_num_workers=0, seed=0,
     )
     trainer = GRPOTrainer(model=model_dir, reward_funcs=exact_match, args=cfg,

@@ -3,7 +3,9 @@
 Both sides train the same local model folder (Qwen3 architecture, random weights, the toy
 tokenizer) on the same prompts (2-digit addition, plain text) with the same exact-match reward:
 ``PROMPTS`` prompts x ``SAMPLES`` samples x at most ``NEW_TOKENS`` new tokens per rollout, one
-optimizer step per rollout, ``NUM_STEPS`` steps, temperature 1, no KL term, fp32,
+optimizer step per rollout, ``NUM_STEPS`` steps, temperature 1, no KL term, fp32 (``--precision
+bf16``: bf16 mixed precision for both trainers, heron's ``train.precision=bf16`` and TRL's
+``bf16=True``; fp32 weights on both sides),
 ``OMP_NUM_THREADS`` threads each (default 2; on a machine loaded far beyond its cores, 1: two
 OpenMP threads per process then slowed both sides ~10x in one measurement).
 Each run is a fresh process (heron: ``heron train``; TRL: bench/trl_grpo_peer.py in .venv-trl),
@@ -17,7 +19,7 @@ transformers and tokenizers pins), created here when missing (~2 min); ``--no-ve
 TRL side instead when it is missing (CI). The last lines, one per model size, are
 ``vs_trl: samples_per_s_heron_vs_trl=<TRL s/step / heron s/step>  [model]`` (> 1: heron is faster).
 
-    .venv/bin/python bench/vs_trl.py [--models toy,3M,25M] [--rounds 2] [--no-venv]
+    .venv/bin/python bench/vs_trl.py [--models toy,3M,25M] [--rounds 2] [--no-venv] [--precision bf16]
 """
 
 from __future__ import annotations
@@ -73,27 +75,27 @@ def _env() -> dict[str, str]:
             "TOKENIZERS_PARALLELISM": "false", "RAY_AUTH_MODE": "disabled"}
 
 
-def heron_steps(model_dir: Path, data: Path, run_dir: Path) -> list[float]:
+def heron_steps(model_dir: Path, data: Path, run_dir: Path, precision: str) -> list[float]:
     """One fresh ``heron train`` run -> wall seconds of each rollout step."""
     overrides = [
         f"model.path={model_dir}", f"data.path={data}", f"run.dir={run_dir}", f"rollout.num_rollouts={NUM_STEPS}",
         f"rollout.batch_size={PROMPTS}", f"rollout.samples_per_prompt={SAMPLES}", f"rollout.max_new_tokens={NEW_TOKENS}",
         "train.steps_per_rollout=1", f"train.micro_batch_size={PROMPTS * SAMPLES}", f"train.lr={LR}",
-        "eval.interval=0", "checkpoint.enabled=false",
+        "eval.interval=0", "checkpoint.enabled=false", f"train.precision={precision}",
     ]
     _run([str(REPO / ".venv" / "bin" / "heron"), "train", *overrides])
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [r["time/rollout_s"] for r in records]
 
 
-def trl_steps(python: Path, model_dir: Path, data: Path, out: Path) -> list[float]:
+def trl_steps(python: Path, model_dir: Path, data: Path, out: Path, precision: str) -> list[float]:
     """One fresh TRL GRPOTrainer run (bench/trl_grpo_peer.py) -> wall seconds of each step."""
-    args = [str(model_dir), str(data), str(out), NUM_STEPS, PROMPTS, SAMPLES, NEW_TOKENS, LR]
+    args = [str(model_dir), str(data), str(out), NUM_STEPS, PROMPTS, SAMPLES, NEW_TOKENS, LR, precision]
     _run([str(python), str(REPO / "bench" / "trl_grpo_peer.py"), *map(str, args)])
     return json.loads(out.read_text())["step_s"]
 
 
-def bench_model(name: str, python: Path | None, tmp: Path, rounds: int) -> float | None:
+def bench_model(name: str, python: Path | None, tmp: Path, rounds: int, precision: str) -> float | None:
     corpus = [p.text + p.label for p in make_prompts(2000, seed=0, max_digits=3)]
     model_dir = create_toy_model(tmp / name / "model", corpus, MODELS[name])
     data = tmp / name / "prompts.jsonl"
@@ -106,7 +108,8 @@ def bench_model(name: str, python: Path | None, tmp: Path, rounds: int) -> float
             if side == "trl" and python is None:
                 continue
             out = tmp / name / f"{side}-{round_id}"
-            steps = heron_steps(model_dir, data, out) if side == "heron" else trl_steps(python, model_dir, data, out.with_suffix(".json"))
+            steps = (heron_steps(model_dir, data, out, precision) if side == "heron"
+                     else trl_steps(python, model_dir, data, out.with_suffix(".json"), precision))
             assert len(steps) == NUM_STEPS, (side, steps)
             medians[side].append(statistics.median(steps[1:]))
             print(f"  {name} round {round_id} {side}: median {medians[side][-1]:.3f} s/step (steps 2-{NUM_STEPS}: "
@@ -121,6 +124,7 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {list(MODELS)}")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per model")
     parser.add_argument("--no-venv", action="store_true", help="skip the TRL side when .venv-trl is missing")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="both trainers' precision")
     args = parser.parse_args()
     names = args.models.split(",")
     unknown = sorted(set(names) - set(MODELS))
@@ -128,14 +132,15 @@ def main() -> None:
         parser.error(f"--models: unknown {unknown}; choose from {list(MODELS)}")
     python = trl_python(create=not args.no_venv)
     print(f"vs_trl: {PROMPTS} prompts x {SAMPLES} samples x {NEW_TOKENS} new tokens, 1 optimizer step per rollout, "
-          f"{NUM_STEPS} steps, median of steps 2-{NUM_STEPS}, {args.rounds} alternating rounds", flush=True)
+          f"{NUM_STEPS} steps, median of steps 2-{NUM_STEPS}, {args.rounds} alternating rounds, {args.precision}", flush=True)
     ratios = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            ratios[name] = bench_model(name, python, Path(tmp), args.rounds)
+            ratios[name] = bench_model(name, python, Path(tmp), args.rounds, args.precision)
     for name, ratio in ratios.items():
         if ratio is not None:
-            print(f"vs_trl: samples_per_s_heron_vs_trl={ratio:.2f}  [{name}]")
+            tag = name if args.precision == "fp32" else f"{name}, {args.precision}"
+            print(f"vs_trl: samples_per_s_heron_vs_trl={ratio:.2f}  [{tag}]")
 
 
 if __name__ == "__main__":
