@@ -7,10 +7,10 @@ How a batch is decoded: prompts are left-padded to P so every row's next token s
 last column; position ids count only real tokens (cumsum(mask) - 1), so a padded prompt sees
 the same positions as it would alone. One prefill of the distinct prompts fills a KV cache
 allocated once for P + T positions (``heron.rollout.kv_cache``) whose rows are then copied to
-every request of the prompt, then each step feeds one token per row. A row finishes on one of its stop tokens (kept in the output, with its
-logprob) or after its ``max_new_tokens``; finished rows leave the decode batch (down to
-``min_rows`` rows, see ``heron.rollout.batch_rows``); the loop ends as soon as every row has
-finished.
+every request of the prompt, then each step feeds one token per row. A row finishes on one of
+its stop tokens (kept in the output, with its logprob) or after its ``max_new_tokens``;
+finished rows leave the decode batch (down to ``min_rows`` rows, see
+``heron.rollout.batch_rows``); the loop ends as soon as every row has finished.
 
 Sampling is per row (temperature, top-p, greedy, seed); see ``heron.rollout.sampling`` for the
 logprob convention and why a request's sample does not depend on its batch. Note that two
