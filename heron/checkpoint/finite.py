@@ -3,13 +3,14 @@
 A checkpoint is what a crashed or finished run resumes from and what gets exported and
 served; one whose weights are NaN looks like any other in ``heron ckpt list``. The save path
 therefore checks every floating tensor of the model and optimizer state (the local shard of
-a sharded one) before anything is written: an inf/nan stops the save with one line naming
-the tensor, no shard is written (the temporary folder is removed), and the last committed checkpoint stays
-``latest``. The trainer's own guard (heron.trainer.nonfinite) keeps non-finite gradients out
-of the weights, so this is the last line, for what got in another way (a weight-changing hook,
-an overflow in the optimizer itself). An async save checks its staged host copy in its
-background thread, before the first shard: the loop does not wait for the check, and the
-error comes back from the next wait like a failed write (heron.checkpoint.shards).
+a sharded one) before any shard is written: an inf/nan stops the save with one line naming
+the tensor, the temporary folder (by then holding only the tokenizer and the model's HF config)
+is removed, and the last committed checkpoint stays ``latest``. The trainer's own guard
+(heron.trainer.nonfinite) keeps non-finite gradients out of the weights, so this is the last
+line, for what got in another way (a weight-changing hook, an overflow in the optimizer
+itself). An async save checks its staged host copy in its write thread, before the first
+shard: the loop does not wait for the check, and the error comes back from the next wait like
+a failed write (heron.checkpoint.shards).
 
 Cost: one min/max reduction per tensor (``aminmax``: a NaN propagates to both, +inf to the
 max, -inf to the min, so both are finite exactly when every element is) and a single host sync
