@@ -44,6 +44,7 @@ def test_layer_refuses_to_overflow_its_capacity():
         layer.update(torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4))
 
 
+@pytest.mark.portability
 @torch.inference_mode()
 def test_model_logits_are_bit_identical_to_dynamic_cache(model):
     torch.manual_seed(0)
@@ -61,6 +62,7 @@ def test_model_logits_are_bit_identical_to_dynamic_cache(model):
         assert torch.equal(expected, actual)
 
 
+@pytest.mark.portability
 @pytest.mark.parametrize("order", ["grouped", "interleaved"])
 def test_engine_is_bit_identical_to_the_dynamic_cache_engine(model, order, monkeypatch):
     engine = EmbeddedEngine(model, pad_token_id=model.config.pad_token_id)
