@@ -1,5 +1,6 @@
-"""Peak memory of the training logprobs: the whole [B, T, V] log-softmax vs chunks over positions
-(``train.logprob_chunk_size``, issue 14 item 5).
+"""Peak memory of the training logprobs: the whole [B, T, V] logits and log-softmax vs the output
+head run in chunks of positions (``train.logprob_chunk_size``, heron.trainer.lm_head_chunks; issue 14
+item 5).
 
 A tiny random Qwen3 (hidden 64, 2 layers) with a 32 k and a 152 k (Qwen's) vocabulary, 2 rows x
 128 tokens: one forward + backward of logprobs and entropy (the trainer's training forward), once

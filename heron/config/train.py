@@ -29,9 +29,9 @@ class TrainConfig:
         0,
     )
     logprob_chunk_size: int = doc(
-        "Sequence positions per chunk of the log-softmax over the vocabulary: the [B, T, V] log-probabilities "
-        "and entropies are never held whole, each chunk is recomputed in the backward (0: all positions at "
-        "once). The same per-row operations, so the values are the same (heron.trainer.logprobs).",
+        "Sequence positions per chunk of the output head: the [B, T, V] logits and log-probabilities are never "
+        "held whole, each chunk is recomputed in the backward (0: all positions at once). The same values "
+        "within float round-off, for one more head matmul in the backward (heron.trainer.lm_head_chunks).",
         0,
     )
     precision: Literal["fp32", "bf16"] = doc(

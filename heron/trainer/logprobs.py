@@ -6,14 +6,11 @@ entropy[b, t] = -sum_v p_v log p_v,   p = softmax(logits[b, t] / temperature)
 The same temperature the engine sampled with, so the trainer's recomputed logprobs equal
 the engine's (up to float error) when the weights are equal.
 
-Memory: the log-softmax over the vocabulary is [B, T, V] float32, and autograd keeps it (and
-its exponential) for the backward -- for a 150 k vocabulary that dwarfs the activations of a
-small model. With ``chunk_size > 0`` the positions are split into chunks of that many; each
-chunk's log-softmax, gather and entropy run under activation checkpointing, so only the
-chunk's [B, c] results stay alive and the backward recomputes one chunk at a time. Every
-operation after the model acts on each row (position) alone, so chunking over positions
-changes no value: the results are bit-identical to ``chunk_size=0`` (tested). The model's
-logits themselves are still materialised once.
+Memory: the logits and the log-softmax over the vocabulary are [B, T, V] each, and autograd
+keeps them for the backward -- for a 150 k vocabulary that dwarfs the activations of a small
+model. With ``chunk_size > 0`` the model's output head itself runs per chunk of that many
+positions (heron.trainer.lm_head_chunks): neither tensor is ever held whole, and the backward
+recomputes one chunk at a time.
 """
 
 from __future__ import annotations
@@ -22,9 +19,8 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Callable
 
 import torch
-from torch.utils.checkpoint import checkpoint
 
-from heron.algo.entropy import entropy_from_logprobs
+from heron.trainer.lm_head_chunks import head_in_chunks, position_logprobs
 
 
 def forward_logprobs(
@@ -38,10 +34,16 @@ def forward_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Returns (logprobs [B, L-1], entropy [B, L-1] or None), both float32. ``forward_context``
     wraps the model's forward only (mixed precision, heron.trainer.precision): the
-    log-softmax and everything after it run in float32 outside it."""
+    log-softmax and everything after it run in float32. ``chunk_size`` > 0: the output head
+    runs that many positions at a time (heron.trainer.lm_head_chunks)."""
+    targets = input_ids[:, 1:]  # [B, L-1]
+    if 0 < chunk_size < targets.shape[1]:
+        with forward_context(), head_in_chunks(model, targets, temperature, with_entropy, chunk_size) as head:
+            out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits  # [B, L, k]
+        return head.results(out)
     with forward_context():
         logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits  # [B, L, V]
-    return token_logprobs(logits, input_ids[:, 1:], temperature, with_entropy, chunk_size)
+    return token_logprobs(logits, targets, temperature, with_entropy)
 
 
 def token_logprobs(
@@ -49,30 +51,6 @@ def token_logprobs(
     targets: torch.Tensor,  # [B, T] long
     temperature: float,
     with_entropy: bool,
-    chunk_size: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(logprobs [B, T], entropy [B, T] or None) of ``targets``, ``chunk_size`` positions at a time.
-
-    Chunked, the split runs over all T + 1 positions of the model's logits (no [:, :-1] slice,
-    whose backward would allocate another [B, T + 1, V] gradient): the last position is computed
-    against a dummy target and dropped, so its gradient is exactly zero, as the slice's is."""
-    num_targets = targets.shape[1]
-    if chunk_size <= 0 or chunk_size >= num_targets:
-        return _chunk(logits[:, :num_targets], targets, temperature, with_entropy)
-    padded = torch.cat([targets, targets[:, -1:]], dim=1)  # [B, T + 1]: a dummy target for the last position
-    recompute = torch.is_grad_enabled() and logits.requires_grad
-    parts = [
-        checkpoint(_chunk, z, y, temperature, with_entropy, use_reentrant=False, preserve_rng_state=False)
-        if recompute else _chunk(z, y, temperature, with_entropy)
-        for z, y in zip(logits.split(chunk_size, dim=1), padded.split(chunk_size, dim=1))  # one SplitBackward
-    ]
-    logprobs = torch.cat([p[0] for p in parts], dim=1)[:, :num_targets]  # [B, T]
-    entropy = torch.cat([p[1] for p in parts], dim=1)[:, :num_targets] if with_entropy else None  # [B, T]
-    return logprobs, entropy
-
-
-def _chunk(logits, targets, temperature: float, with_entropy: bool):
-    """logits [B, c, V], targets [B, c] -> (logprobs [B, c], entropy [B, c] or None)."""
-    log_softmax = torch.log_softmax(logits.float() / temperature, dim=-1)  # [B, c, V]
-    logprobs = log_softmax.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # [B, c]
-    return logprobs, entropy_from_logprobs(log_softmax) if with_entropy else None
+    """(logprobs [B, T], entropy [B, T] or None) of ``targets`` from whole logits."""
+    return position_logprobs(logits[:, : targets.shape[1]], targets, temperature, with_entropy)
