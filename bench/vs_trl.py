@@ -5,7 +5,8 @@ tokenizer) on the same prompts (2-digit addition, plain text) with the same exac
 ``PROMPTS`` prompts x ``SAMPLES`` samples x at most ``NEW_TOKENS`` new tokens per rollout, one
 optimizer step per rollout, ``NUM_STEPS`` steps, temperature 1, no KL term, fp32 (``--precision
 bf16``: bf16 mixed precision for both trainers, heron's ``train.precision=bf16`` and TRL's
-``bf16=True``; fp32 weights on both sides),
+``bf16=True``, fp32 master weights on both sides; both generate in bf16 too: TRL's generation
+runs under accelerate's autocast, heron's engine holds a bfloat16 copy, ``engine.embedded.dtype``),
 ``OMP_NUM_THREADS`` threads each (default 2; on a machine loaded far beyond its cores, 1: two
 OpenMP threads per process then slowed both sides ~10x in one measurement).
 Each run is a fresh process (heron: ``heron train``; TRL: bench/trl_grpo_peer.py in .venv-trl),
@@ -82,6 +83,7 @@ def heron_steps(model_dir: Path, data: Path, run_dir: Path, precision: str) -> l
         f"rollout.batch_size={PROMPTS}", f"rollout.samples_per_prompt={SAMPLES}", f"rollout.max_new_tokens={NEW_TOKENS}",
         "train.steps_per_rollout=1", f"train.micro_batch_size={PROMPTS * SAMPLES}", f"train.lr={LR}",
         "eval.interval=0", "checkpoint.enabled=false", f"train.precision={precision}",
+        *(["engine.embedded.dtype=bfloat16"] if precision == "bf16" else []),
     ]
     _run([str(REPO / ".venv" / "bin" / "heron"), "train", *overrides])
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

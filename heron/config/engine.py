@@ -67,6 +67,18 @@ class VLLMConfig:
 
 
 @dataclass(frozen=True)
+class EmbeddedConfig:
+    """The in-process HF engine (``engine.kind: embedded``)."""
+
+    dtype: Literal["", "float32", "bfloat16"] = doc(
+        "Weight dtype of the engine's model copy; empty = model.dtype. bfloat16 under a float32 trainer is what "
+        "serving engines do: pushed weights are cast on arrival, sampling and the engine's logprobs are bf16 "
+        "(the trainer recomputes its own; the mismatch is logged and off-policy correction can use it).",
+        "",
+    )
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """The rollout engine backend. ``embedded`` decodes with an HF model inside heron's process
     (the default; right for CPU and small models); ``vllm`` starts a vLLM server and talks to it
@@ -77,6 +89,7 @@ class EngineConfig:
         "Rollout engine backend: embedded (in-process HF), vllm (a vLLM server) or a kind registered in heron.rollout.registry.",
         "embedded",
     )
+    embedded: EmbeddedConfig = doc("The in-process HF engine (engine.kind=embedded).", factory=EmbeddedConfig)
     vllm: VLLMConfig = doc("The vLLM server (engine.kind=vllm).", factory=VLLMConfig)
 
     def __post_init__(self):

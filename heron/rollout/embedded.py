@@ -252,9 +252,11 @@ class EmbeddedEngine(Resident):
 
 
 def build_embedded_engine(spec) -> EmbeddedEngine:
-    """``engine.kind=embedded``: the policy folder loaded in ``model.dtype``, frozen, in this process."""
+    """``engine.kind=embedded``: the policy folder loaded in ``engine.embedded.dtype`` (default
+    ``model.dtype``), frozen, in this process."""
     from heron.device import place, resolve
     from heron.models import load_model
 
-    model = place(load_model(spec.model.path, spec.model.dtype), resolve(spec.device)).eval().requires_grad_(False)
+    dtype = spec.engine.embedded.dtype or spec.model.dtype
+    model = place(load_model(spec.model.path, dtype), resolve(spec.device)).eval().requires_grad_(False)
     return EmbeddedEngine(model, pad_token_id=spec.pad_token_id, max_batch_size=spec.rollout.max_batch_size)

@@ -31,6 +31,8 @@ CASES = {
     "packing+mis+gspo": [PACK, "algo.off_policy.mode=mis", "algo.loss=gspo", "algo.loss_agg=seq-mean-token-mean"],
     "dynamic_sampling+gae": ["rollout.dynamic_sampling.enabled=true", "algo.advantage=gae"],
     "cispo+checkpointing+colocate": ["algo.loss=cispo", "train.gradient_checkpointing=true", "colocate=true"],
+    "bf16engine+lora+colocate+tis": [*LORA, "engine.embedded.dtype=bfloat16", "train.precision=bf16", "colocate=true",
+                                     "algo.off_policy.mode=tis"],
 }
 
 

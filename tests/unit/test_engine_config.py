@@ -69,3 +69,27 @@ def test_heron_check_fails_fast_without_the_vllm_venv(toy_model_dir, tmp_path):
                              f"engine.vllm.python={tmp_path / 'missing' / 'python'}"])
     with pytest.raises(ConfigError, match="run `make vllm-venv`"):
         preflight(cfg)
+
+
+def test_the_embedded_engine_holds_its_own_dtype_and_casts_pushed_weights(toy_model_dir):
+    """engine.embedded.dtype=bfloat16 under a float32 trainer (what serving engines do): the
+    engine's copy is bfloat16, a float32 push lands as its bfloat16 rounding, the version moves."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from heron.records import GenerationRequest, SamplingParams
+    from heron.rollout.registry import build_engine
+    from heron.weights.handle import InMemory, WeightHandle
+
+    cfg = load_config(None, [f"model.path={toy_model_dir}", "data.path=d.jsonl", "engine.embedded.dtype=bfloat16"])
+    assert cfg.model.dtype == "float32"
+    engine = build_engine(engine_spec(cfg, pad_token_id=0))
+    assert {p.dtype for p in engine.model.parameters()} == {torch.bfloat16}
+    trained = AutoModelForCausalLM.from_pretrained(toy_model_dir, dtype=torch.float32).state_dict()
+    trained = {k: v + 0.01 for k, v in trained.items()}  # float32 values bfloat16 rounds
+    engine.load_weights(WeightHandle(3, InMemory(trained)))
+    for name, tensor in engine.model.state_dict().items():
+        assert torch.equal(tensor, trained[name].to(torch.bfloat16)), name
+    [gen] = engine.generate([GenerationRequest([5, 6, 7], SamplingParams(max_new_tokens=4, seed=1))])
+    assert gen.policy_version == 3 and len(gen.tokens) == len(gen.logprobs) > 0
+    assert load_config(None, BASE).engine.embedded.dtype == ""  # default: model.dtype
