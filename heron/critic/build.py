@@ -21,8 +21,8 @@ class CriticSpec:
     model: ModelConfig
     """``model.path`` is the backbone unless ``critic.path`` names another folder; ``model.dtype``."""
     train: TrainConfig
-    """The policy's batching, which the critic shares: steps_per_rollout, micro_batch_size,
-    max_tokens_per_micro_batch, on_nonfinite."""
+    """What the critic shares with the policy: its batching (steps_per_rollout, micro_batch_size,
+    max_tokens_per_micro_batch), on_nonfinite, precision and gradient_checkpointing."""
     seed: int
     """``run.seed``: an actor seeds torch with it before building (as the driver does)."""
 
@@ -32,6 +32,10 @@ def build_critic(spec: CriticSpec) -> Critic:
 
     torch.manual_seed(spec.seed)
     model = load_value_model(spec.critic.path or spec.model.path, spec.model.dtype)
+    if spec.train.gradient_checkpointing:
+        from heron.trainer.activation_checkpointing import enable_activation_checkpointing
+
+        enable_activation_checkpointing(model.backbone)
     return Critic(model, spec.critic, steps_per_rollout=spec.train.steps_per_rollout,
                   micro_batch_size=spec.train.micro_batch_size, on_nonfinite=spec.train.on_nonfinite,
-                  max_tokens_per_micro_batch=spec.train.max_tokens_per_micro_batch)
+                  max_tokens_per_micro_batch=spec.train.max_tokens_per_micro_batch, precision=spec.train.precision)

@@ -12,7 +12,8 @@ accumulated), with R = the GAE returns and V_old the values the advantages were 
     loss_j = sum_t m_t 0.5 max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2) / sum_t m_t
 
 (token-mean over the mini-batch, ``heron.algo.value_loss``; c = ``critic.value_clip``), then a
-clipped-norm AdamW step at the constant ``critic.lr``. The LR has no schedule, so the critic's
+clipped-norm AdamW step at the constant ``critic.lr``. The backbone runs under the policy's
+``train.precision`` (and ``train.gradient_checkpointing``, set up by ``heron.critic.build``). The LR has no schedule, so the critic's
 whole state is its tensors (model + AdamW, in the checkpoint's ``critic/`` folder).
 """
 
@@ -33,6 +34,7 @@ from heron.residency import Holdings, Resident, host_only, needs_device
 from heron.trainer.batch import TrainBatch
 from heron.trainer.optimizer import build_adamw, trained_tensors
 from heron.trainer.packing import MicroBatch, micro_batches, stitch
+from heron.trainer.precision import forward_context
 from heron.trainer.nonfinite import nonfinite_error, nonfinite_values
 from heron.trainer.policy_trainer import mean_over_applied
 
@@ -44,8 +46,12 @@ log = logging.getLogger("heron.critic")
 
 class Critic(Resident):
     def __init__(self, model: torch.nn.Module, cfg: CriticConfig, *, steps_per_rollout: int,
-                 micro_batch_size: int, on_nonfinite: str = "error", max_tokens_per_micro_batch: int = 0):
+                 micro_batch_size: int, on_nonfinite: str = "error", max_tokens_per_micro_batch: int = 0,
+                 precision: str = "fp32"):
+        """``precision``: the policy's ``train.precision`` (bf16: the backbone runs under autocast,
+        float32 master weights; the value head and the loss stay float32, heron.trainer.precision)."""
         self.model = model.train()
+        self._forward_context = forward_context(precision, model)
         self.cfg = cfg
         self.steps_per_rollout = steps_per_rollout
         self.micro_batch_size = micro_batch_size
@@ -64,7 +70,7 @@ class Critic(Resident):
     def values(self, batch: TrainBatch) -> torch.Tensor:
         """V_t [B, L-1] of every row at the current weights, 0 off the loss positions."""
         parts = self._micro_batches(batch)
-        values = stitch(parts, batch.loss_mask, lambda micro: self.model(micro.input_ids, micro.attention_mask))
+        values = stitch(parts, batch.loss_mask, self._values)
         return values * batch.loss_mask  # [B, L-1]
 
     @needs_device
@@ -89,7 +95,7 @@ class Critic(Resident):
         normalizer = max(mini.num_loss_tokens, 1.0)  # token-mean over the whole mini-batch
         sums: dict[str, float] = defaultdict(float)
         for micro in (part.batch for part in self._micro_batches(mini)):
-            values = self.model(micro.input_ids, micro.attention_mask)  # [b, l-1]
+            values = self._values(micro)  # [b, l-1]
             out = clipped_value_loss(values, micro.old_values, micro.returns, micro.loss_mask,
                                      clip=self.cfg.value_clip, normalizer=normalizer)
             out.loss.backward()
@@ -107,6 +113,11 @@ class Critic(Resident):
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return sums, True
+
+    def _values(self, micro: TrainBatch) -> torch.Tensor:
+        """V [b, l-1] float32 of a micro-batch, the backbone under ``train.precision``."""
+        with self._forward_context():
+            return self.model(micro.input_ids, micro.attention_mask)
 
     def _micro_batches(self, batch: TrainBatch) -> list[MicroBatch]:
         """By row count, or packed under ``train.max_tokens_per_micro_batch`` like the policy's."""
