@@ -58,6 +58,30 @@ def check_available(kind: str, key: str) -> None:
         )
 
 
+def native_bf16(device: torch.device | str) -> bool:
+    """Whether ``device`` computes bfloat16 in hardware: a CUDA device of compute capability 8.0 or
+    more (torch's own test, without emulation), an x86 CPU with avx512-bf16 or AMX. Elsewhere torch
+    emulates bf16 (correct, slower than float32) or, on older GPUs, may refuse some kernels."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+    probes = (getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+    return any(bool(probe()) for probe in probes if probe is not None)
+
+
+def bf16_note(requests: list[str], device_type: str, native: bool) -> str | None:
+    """None when nothing asks for bf16 or the device has it; on a GPU without it a one-line
+    ``DeviceError``; on a CPU without it a note (torch emulates bf16 there: correct, slower)."""
+    if not requests or native:
+        return None
+    if device_type == "cuda":
+        raise DeviceError(
+            f"{', '.join(requests)} but this GPU has no native bfloat16 (compute capability < 8.0); "
+            "use float32 here (model.dtype=float32, train.precision=fp32, engine.embedded.dtype=float32)"
+        )
+    return f"{', '.join(requests)}: this CPU has no avx512-bf16 or AMX, so torch emulates bf16 (correct, slower than float32)"
+
+
 def place(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     """The module with its parameters and buffers on ``device`` (in place; a no-op when there)."""
     return module.to(device)
