@@ -216,3 +216,39 @@ def test_activation_checkpointing_lowers_the_steps_peak_memory_with_the_same_los
         torch.cuda.empty_cache()
     assert peaks[True] < 0.8 * peaks[False], peaks
     assert losses[True] == losses[False], losses
+
+
+# --- bf16 support and the chunked output head on CUDA -----------------------------------------------
+def test_native_bf16_matches_the_compute_capability():
+    from heron.device import native_bf16
+
+    assert native_bf16(resolve("cuda")) is (torch.cuda.get_device_capability() >= (8, 0))
+
+
+def test_chunked_head_holds_less_than_one_whole_logits_tensor_on_cuda():
+    """train.logprob_chunk_size on CUDA with Qwen's 152 k vocabulary: the step's peak memory is
+    lower than the whole head's by at least one [B, L, V] float32 tensor (the whole head holds the
+    logits, their float32 log-softmax and its gradient; the chunks hold B x c x V of each)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from heron.device import peak_allocated, reset_peak
+    from heron.trainer.logprobs import forward_logprobs
+
+    device = resolve("cuda")
+    torch.manual_seed(0)
+    config = Qwen3Config(vocab_size=151_936, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=1024)
+    model = place(Qwen3ForCausalLM(config), device)
+    input_ids = torch.randint(0, config.vocab_size, (4, 512), device=device)  # [B, L]
+    peaks = {}
+    for chunk in (0, 64):
+        model.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        reset_peak(device)
+        base = torch.cuda.memory_allocated(device)
+        logprobs, entropy = forward_logprobs(model, input_ids, torch.ones_like(input_ids), with_entropy=True, chunk_size=chunk)
+        (logprobs.sum() + 0.1 * entropy.sum()).backward()
+        peaks[chunk] = peak_allocated(device) - base
+        del logprobs, entropy
+    whole_logits = input_ids.numel() * config.vocab_size * 4
+    assert peaks[64] < peaks[0] - whole_logits, (peaks, whole_logits)
