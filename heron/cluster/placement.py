@@ -42,7 +42,7 @@ class PlacementPlan:
     engine_bundles: list[int]  # engine -> bundle index
     cpus_per_bundle: float
     gpus_per_bundle: int  # 0 on CPU, 1 on CUDA
-    critic_bundles: list[int] = field(default_factory=list)  # the critic's actor (algo.advantage=gae): rank 0's bundle
+    critic_bundles: list[int] = field(default_factory=list)  # critic rank -> bundle (algo.advantage=gae): the trainer ranks'
 
     @classmethod
     def build(cls, world_size: int, num_engines: int, colocate: bool, cpus_per_bundle: float, device: str,
@@ -52,7 +52,7 @@ class PlacementPlan:
         num_bundles = world_size if colocate else world_size + num_engines
         from heron.device import gpus_per_bundle
 
-        return cls(num_bundles, trainer, engines, cpus_per_bundle, gpus_per_bundle(device), [0] if critic else [])
+        return cls(num_bundles, trainer, engines, cpus_per_bundle, gpus_per_bundle(device), list(trainer) if critic else [])
 
     def total(self) -> dict[str, float]:
         """Resources of the whole placement group, per kind."""

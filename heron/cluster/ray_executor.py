@@ -24,12 +24,13 @@ from heron.cluster.engine_group import RemoteEngine
 from heron.cluster.placement import actor_options, check_local_ray_placeable, check_placeable, plan_for, reserve
 from heron.cluster.ray_session import start_ray
 from heron.cluster.remote_call import ActorRef, wait_all
-from heron.cluster.remote_critic import RemoteCritic
+from heron.cluster.critic_group import CriticGroup, build_critic_rank
+from heron.cluster.rank_spec import RankSpec
 from heron.cluster.remote_residency import attach_actors, attach_remote_residency
-from heron.cluster.trainer_group import RankSpec, TrainerGroup, build_trainer_rank
+from heron.cluster.trainer_group import TrainerGroup, build_trainer_rank
 from heron.config.cluster import ClusterConfig
 from heron.config.train import TrainConfig
-from heron.critic.build import CriticSpec, build_critic
+from heron.critic.build import CriticSpec
 from heron.residency.coordinator import Coordinator
 from heron.residency.wiring import ResidencySettings
 from heron.rollout.registry import EngineSpec, build_engine
@@ -97,29 +98,35 @@ class RayExecutor:
 
     def trainer(self, spec: TrainerSpec) -> TrainerGroup:
         train = self.settings.train
-        rank_spec = RankSpec(spec, train.world_size, train.parallel, self.cluster.device, self.cluster.collective_timeout_s)
-        ranks = [self._spawn(f"trainer-rank-{r}", b) for r, b in enumerate(self.plan.trainer_bundles)]
-        addr, port = wait_all([(ranks[0], ranks[0].submit_host("rendezvous_address"))], "rendezvous", self.cluster.startup_timeout_s)[0]
-        self._build_all(
-            [(r, r.submit_host("build", build_trainer_rank, rank_spec, i, addr, port)) for i, r in enumerate(ranks)],
-            "build trainer rank",
-        )
+        ranks = self._rank_actors("trainer", self.plan.trainer_bundles, build_trainer_rank, spec)
         if self.cluster.weight_transport == "broadcast":
             self._join_weight_group(ranks[0])
         transport = build_transport(self.cluster.weight_transport, self.settings.weight_dir, self.cluster.call_timeout_s)
         return TrainerGroup(ranks, train.steps_per_rollout, transport, self.cluster.call_timeout_s)
 
-    def critic(self, spec: CriticSpec, coordinator: Coordinator) -> RemoteCritic:
-        """The critic's actor on trainer rank 0's bundle, built like the local one, with its residency
-        attached inside and its proxy registered with the run's coordinator (offloaded like the trainer)."""
-        bundle = self.plan.critic_bundles[0]
-        actor = self._spawn("critic", bundle)
-        self._build_all([(actor, actor.submit_host("build", build_critic, spec))], "build critic")
-        critic = RemoteCritic(actor, self.cluster.call_timeout_s)
+    def critic(self, spec: CriticSpec, coordinator: Coordinator) -> CriticGroup:
+        """The critic's rank actors, one on each trainer rank's bundle, built like the local critic
+        and made data-parallel (``heron.cluster.critic_group``), with their residency attached inside
+        and proxies registered with the run's coordinator (offloaded like the trainer)."""
+        bundles = self.plan.critic_bundles
+        ranks = self._rank_actors("critic", bundles, build_critic_rank, replace(spec, device=self.cluster.device))
+        critic = CriticGroup(ranks, self.settings.train.steps_per_rollout, self.cluster.call_timeout_s)
         settings = self.settings.residency
-        critic.residency = attach_actors([actor], [bundle], settings.offload_train, settings, coordinator,
+        critic.residency = attach_actors(ranks, bundles, settings.offload_train, settings, coordinator,
                                          self.cluster.startup_timeout_s)
         return critic
+
+    def _rank_actors(self, name: str, bundles: list[int], build, spec) -> list[ActorRef]:
+        """``<name>-rank-<r>`` actors on ``bundles``, each building its rank of a data-parallel
+        component (``build(RankSpec(spec, ...), rank, addr, port)``) in one group served by rank 0."""
+        train = self.settings.train
+        rank_spec = RankSpec(spec, train.world_size, train.parallel, self.cluster.device, self.cluster.collective_timeout_s)
+        ranks = [self._spawn(f"{name}-rank-{r}", b) for r, b in enumerate(bundles)]
+        addr, port = wait_all([(ranks[0], ranks[0].submit_host("rendezvous_address"))], "rendezvous", self.cluster.startup_timeout_s)[0]
+        self._build_all(
+            [(r, r.submit_host("build", build, rank_spec, i, addr, port)) for i, r in enumerate(ranks)], f"build {name} rank",
+        )
+        return ranks
 
     def residency(self, trainer: TrainerGroup, engine: RemoteEngine) -> Coordinator:
         """Attaches residency inside every actor and proxies on the driver; returns the

@@ -14,7 +14,6 @@ through its residency proxy (the coordinator sleeps colocated engines first);
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -22,11 +21,12 @@ import torch
 
 from heron.checkpoint.run_state import TrainerState
 from heron.checkpoint.shards import SavedShards, ShardRequest
+from heron.cluster.rank_spec import RankSpec, join_group
 from heron.cluster.remote_call import ActorRef, wait_all
 from heron.parallel.shard_batch import shard_for_ranks
 from heron.residency import Holdings, Resident, host_only, needs_device
 from heron.trainer.batch import TrainBatch
-from heron.trainer.build import TrainerSpec, build_trainer
+from heron.trainer.build import build_trainer
 from heron.weights.handle import WeightHandle
 from heron.weights.transport import WeightTransport
 from heron.weights.wire import from_wire
@@ -35,29 +35,17 @@ if TYPE_CHECKING:
     from heron.checkpoint.reader import Checkpoint
 
 
-@dataclass(frozen=True)
-class RankSpec:
-    """What one trainer rank actor needs: the trainer's spec plus its data parallelism."""
-
-    trainer: TrainerSpec
-    world_size: int
-    parallel: str  # train.parallel: fsdp2 | ddp
-    device: str  # cluster.device: cpu (gloo) | cuda (nccl)
-    collective_timeout_s: float
-
-
 def build_trainer_rank(spec: RankSpec, rank: int, master_addr: str, master_port: int):
     """Runs inside a trainer actor: joins the process group, then builds the same trainer as
-    the local executor (``heron.trainer.build``), made data-parallel from outside."""
-    from heron.cluster.rendezvous import make_store
-    from heron.parallel.data_parallel import apply_data_parallel, init_process_group
+    the local executor (``heron.trainer.build``; ``spec.component`` is its ``TrainerSpec``),
+    made data-parallel from outside."""
+    from heron.parallel.data_parallel import apply_data_parallel
     from heron.parallel.dp_trainer import DataParallelTrainer
 
-    store = make_store(master_addr, master_port, rank, spec.world_size, spec.collective_timeout_s)
-    init_process_group(rank, spec.world_size, store, device=spec.device, timeout_s=spec.collective_timeout_s)
-    torch.manual_seed(spec.trainer.seed)
+    join_group(spec, rank, master_addr, master_port)
+    torch.manual_seed(spec.component.seed)
     return build_trainer(
-        spec.trainer, parallelize=partial(apply_data_parallel, kind=spec.parallel), trainer_cls=DataParallelTrainer,
+        spec.component, parallelize=partial(apply_data_parallel, kind=spec.parallel), trainer_cls=DataParallelTrainer,
     )
 
 

@@ -4,6 +4,7 @@ this process (local executor) and inside the critic's actor (Ray executor)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -25,10 +26,19 @@ class CriticSpec:
     max_tokens_per_micro_batch), on_nonfinite, precision and gradient_checkpointing."""
     seed: int
     """``run.seed``: an actor seeds torch with it before building (as the driver does)."""
+    device: str = "auto"
+    """``run.device`` (local) or ``cluster.device`` (Ray), resolved by heron.device where it is built."""
 
 
-def build_critic(spec: CriticSpec) -> Critic:
+def build_critic(
+    spec: CriticSpec,
+    parallelize: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+    critic_cls: type[Critic] = Critic,
+) -> Critic:
+    """The critic on its device; ``parallelize(model) -> model`` (data parallelism, applied from
+    outside by the cluster layer) runs before the optimizer is built."""
     from heron.critic.value_model import load_value_model
+    from heron.device import place, resolve
 
     torch.manual_seed(spec.seed)
     model = load_value_model(spec.critic.path or spec.model.path, spec.model.dtype)
@@ -36,6 +46,8 @@ def build_critic(spec: CriticSpec) -> Critic:
         from heron.trainer.activation_checkpointing import enable_activation_checkpointing
 
         enable_activation_checkpointing(model.backbone)
-    return Critic(model, spec.critic, steps_per_rollout=spec.train.steps_per_rollout,
-                  micro_batch_size=spec.train.micro_batch_size, on_nonfinite=spec.train.on_nonfinite,
-                  max_tokens_per_micro_batch=spec.train.max_tokens_per_micro_batch, precision=spec.train.precision)
+    model = place(model, resolve(spec.device))
+    return critic_cls(parallelize(model) if parallelize else model, spec.critic,
+                      steps_per_rollout=spec.train.steps_per_rollout, micro_batch_size=spec.train.micro_batch_size,
+                      on_nonfinite=spec.train.on_nonfinite, max_tokens_per_micro_batch=spec.train.max_tokens_per_micro_batch,
+                      precision=spec.train.precision)

@@ -30,6 +30,7 @@ from heron.algo.value_loss import clipped_value_loss, explained_variance
 from heron.checkpoint.shards import SavedShards, ShardRequest
 from heron.config.critic import CriticConfig
 from heron.critic.state import CriticCheckpoint
+from heron.device import to_host
 from heron.residency import Holdings, Resident, host_only, needs_device
 from heron.trainer.batch import TrainBatch
 from heron.trainer.optimizer import build_adamw, trained_tensors
@@ -68,10 +69,11 @@ class Critic(Resident):
     @needs_device
     @torch.no_grad()
     def values(self, batch: TrainBatch) -> torch.Tensor:
-        """V_t [B, L-1] of every row at the current weights, 0 off the loss positions."""
+        """V_t [B, L-1] of every row at the current weights, 0 off the loss positions (on the host)."""
+        batch = batch.to(self.device)
         parts = self._micro_batches(batch)
         values = stitch(parts, batch.loss_mask, self._values)
-        return values * batch.loss_mask  # [B, L-1]
+        return to_host(values * batch.loss_mask)  # [B, L-1]
 
     @needs_device
     def train(self, batch: TrainBatch) -> dict[str, float]:
@@ -79,20 +81,21 @@ class Critic(Resident):
         split); returns means over the applied steps: value_loss, clip_frac (tokens whose clipped
         branch won, so no gradient), grad_norm, and over the batch: value_mean (of V_old) and
         explained_variance (1 - Var(R - V_old) / Var(R)), nonfinite_skipped."""
+        return {**self._train_steps(batch), **batch_metrics(batch)}
+
+    def _train_steps(self, batch: TrainBatch) -> dict[str, float]:
+        """The optimizer steps on the batch's mini-batches; means over the applied steps."""
         if batch.returns is None or batch.old_values is None:
             raise ValueError("the critic trains on returns and old values: the batch has none (algo.advantage=gae sets them)")
+        batch = batch.to(self.device)
         mini_size = len(batch) // self.steps_per_rollout
         steps = [self._step(batch.select(slice(i * mini_size, (i + 1) * mini_size)), batch.rollout_id, i)
                  for i in range(self.steps_per_rollout)]
-        return {
-            **mean_over_applied(steps),
-            "value_mean": float(masked_mean(batch.old_values, batch.loss_mask)),
-            "explained_variance": explained_variance(batch.old_values, batch.returns, batch.loss_mask),
-        }
+        return mean_over_applied(steps)
 
     def _step(self, mini: TrainBatch, rollout_id: int, step: int) -> tuple[dict[str, float], bool]:
         """(metric sums, whether applied): one optimizer step; a non-finite loss or grad norm is never applied."""
-        normalizer = max(mini.num_loss_tokens, 1.0)  # token-mean over the whole mini-batch
+        normalizer = self._loss_normalizer(mini)
         sums: dict[str, float] = defaultdict(float)
         for micro in (part.batch for part in self._micro_batches(mini)):
             values = self._values(micro)  # [b, l-1]
@@ -102,9 +105,10 @@ class Critic(Resident):
             sums["value_loss"] += float(out.loss.detach())
             sums["clip_frac"] += float(out.clip_fraction)
         max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
-        sums["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
+        sums["grad_norm"] = self._clip_grad_norm(max_norm)
         found = nonfinite_values(value_loss=sums["value_loss"], grad_norm=sums["grad_norm"])
-        if found:
+        if self._nonfinite_anywhere(bool(found)):
+            found = found or "value loss or grad_norm on another rank"
             self.optimizer.zero_grad(set_to_none=True)
             if self.on_nonfinite == "error":
                 raise nonfinite_error(f"critic {found}", rollout_id, step, self.steps_per_rollout)
@@ -121,7 +125,25 @@ class Critic(Resident):
 
     def _micro_batches(self, batch: TrainBatch) -> list[MicroBatch]:
         """By row count, or packed under ``train.max_tokens_per_micro_batch`` like the policy's."""
-        return micro_batches(batch, self.micro_batch_size, self.max_tokens_per_micro_batch)
+        return micro_batches(batch, self.micro_batch_size, self.max_tokens_per_micro_batch, self._micro_batch_count)
+
+    # --- what a data-parallel critic changes (heron.parallel.dp_critic) -------------------------
+    def _loss_normalizer(self, mini: TrainBatch) -> float:
+        """Token-mean over the whole mini-batch: its loss-token count."""
+        return max(mini.num_loss_tokens, 1.0)
+
+    def _clip_grad_norm(self, max_norm: float) -> float:
+        return float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
+
+    def _nonfinite_anywhere(self, here: bool) -> bool:
+        return here
+
+    def _micro_batch_count(self, count: int) -> int:
+        return count
+
+    def _writes_shared_files(self) -> bool:
+        """Whether this process writes the checkpoint's ``critic/state.json`` (one rank of a group)."""
+        return True
 
     @host_only
     def holdings(self) -> Holdings:
@@ -135,7 +157,7 @@ class Critic(Resident):
     def save_state(self, request: ShardRequest) -> SavedShards:
         """Writes (or, async, stages) value model + AdamW into the checkpoint's ``critic/``
         folder; returns their fingerprint. The live tensors are free when it returns."""
-        return self._checkpoint.save(request)
+        return self._checkpoint.save(request, primary=self._writes_shared_files())
 
     @host_only
     def wait_saved(self) -> dict[str, str]:
@@ -147,3 +169,13 @@ class Critic(Resident):
         """Restores value model + AdamW from the checkpoint's ``critic/`` folder, after checking
         that they fit (one-line error, nothing loaded, if not)."""
         self._checkpoint.load(checkpoint)
+
+
+def batch_metrics(batch: TrainBatch) -> dict[str, float]:
+    """Over the whole rollout (V_old, R of every loss token): value_mean and explained_variance
+    (1 - Var(R - V_old) / Var(R)). A data-parallel critic computes them where the whole batch is
+    (``heron.cluster.critic_group``)."""
+    return {
+        "value_mean": float(masked_mean(batch.old_values, batch.loss_mask)),
+        "explained_variance": explained_variance(batch.old_values, batch.returns, batch.loss_mask),
+    }

@@ -34,15 +34,17 @@ class CriticCheckpoint:
     optimizer: torch.optim.Optimizer
     _shards: ModuleShards | None = field(default=None, repr=False)
 
-    def save(self, request: ShardRequest) -> SavedShards:
-        """Writes (or stages) into ``<request.folder>/critic``; returns the fingerprint."""
+    def save(self, request: ShardRequest, primary: bool = True) -> SavedShards:
+        """Writes (or stages) into ``<request.folder>/critic``; returns the fingerprint (global
+        shapes). ``primary``: this process writes ``state.json`` (one rank of a data-parallel critic)."""
         folder = Path(request.folder) / CRITIC_FOLDER
         folder.mkdir(exist_ok=True)
         if self._shards is None:
             self._shards = ModuleShards(self.model, self.optimizer)
         saved = self._shards.save_state(replace(request, folder=str(folder), hf_export=False), primary=False)
-        state = {"fingerprint": {"model": saved.model, "optimizer": saved.optimizer}}
-        write_file_durably(folder / CRITIC_STATE, json.dumps(state, indent=1).encode())
+        if primary:
+            state = {"fingerprint": {"model": saved.model, "optimizer": saved.optimizer}}
+            write_file_durably(folder / CRITIC_STATE, json.dumps(state, indent=1).encode())
         return saved
 
     def wait_saved(self) -> dict[str, str]:

@@ -27,7 +27,8 @@ class ValueModel(torch.nn.Module):
         """values [B, L-1] (fp32) from input_ids, attention_mask [B, L]."""
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
         with torch.autocast(hidden.device.type, enabled=False):  # the head is float32 under any autocast
-            return self.value_head(hidden[:, :-1].float()).squeeze(-1)  # [B, L-1, H] -> [B, L-1]
+            # [B, L-1, H] -> [B, L-1]; a copy, not a view: FSDP2 hooks the root's output for the backward
+            return self.value_head(hidden[:, :-1].float()).squeeze(-1).clone()
 
 
 def load_value_model(path: str, dtype: str) -> ValueModel:

@@ -154,9 +154,9 @@ def test_a_checkpoint_without_a_critic_does_not_resume_into_a_critic_run(toy_mod
     assert "\n" not in str(error.value)
 
 
-def _ray_config(toy_model_dir, toy_data_path, run_dir: Path):
+def _ray_config(toy_model_dir, toy_data_path, run_dir: Path, *extra: str):
     return _config(toy_model_dir, toy_data_path, run_dir, "cluster.backend=ray", RAY_START, "cluster.num_cpus=2",
-                   "cluster.cpus_per_bundle=1", "colocate=true", "checkpoint.async=true")
+                   "cluster.cpus_per_bundle=1", "colocate=true", "checkpoint.async=true", *extra)
 
 
 def _ray_run(cfg, stop_after: int | None = None) -> list[dict]:
@@ -184,7 +184,7 @@ def test_critic_runs_on_ray_colocated_with_offload(no_ray, ray_straight):
     records = ray_straight["records"]
     assert [r["policy_version"] for r in records] == [1, 2, 3]
     assert all(r["critic/value_loss"] > 0 for r in records) and records[-1]["critic/value_mean"] != 0.0
-    assert records[-1]["memory/critic_released_bytes"] > 0  # the critic's actor slept between its operations
+    assert records[-1]["memory/critic-rank-0_released_bytes"] > 0  # the critic rank actor slept between its operations
     assert (ray_straight["dir"] / "checkpoints" / "rollout-000001" / "critic" / "state.json").is_file()
 
 
@@ -214,3 +214,36 @@ def test_a_bad_critic_path_fails_in_the_preflight(toy_model_dir, toy_data_path, 
     with pytest.raises(ConfigError, match="the critic reads the policy's token ids") as error:
         preflight(_config(toy_model_dir, toy_data_path, tmp_path / "run", f"critic.path={other}"))
     assert "\n" not in str(error.value)
+
+
+def test_the_critic_is_data_parallel_over_the_trainer_ranks(no_ray, toy_model_dir, toy_data_path, tmp_path, ray_straight):
+    """train.world_size=2: a critic rank on each trainer bundle, each training its share. Rollout 0
+    samples from the same initial policy, so its critic step equals the one-rank run's within the
+    round-off of another summation order (tests/tolerance.py, rule 2). Stopped there and resumed
+    on one rank, DCP reshards both ranks' critic shards, and rollouts 1-2 give the one-rank run's
+    values within round-off: the weights differ from its own by the round-off of rollout 0's
+    update, so the samples are the same (rule 4) and the critic's values too."""
+    from tests.tolerance import assert_sums_close, reduction_length
+
+    reference = ray_straight["records"]
+    n = reduction_length(_toy_config(toy_model_dir), tokens=64)
+    first = _ray_run(_ray_config(toy_model_dir, toy_data_path, tmp_path, "train.world_size=2"), stop_after=STOP_AFTER)
+    assert [r["rollout_id"] for r in first] == [0]
+    assert first[0]["memory/critic-rank-1_released_bytes"] > 0  # the second critic rank exists and slept
+    assert first[0]["reward/mean"] == reference[0]["reward/mean"] and first[0]["critic/value_mean"] == 0.0
+    for key in ("critic/value_loss", "critic/grad_norm"):
+        assert_sums_close(first[0][key], reference[0][key], n=n, magnitude=abs(reference[0][key]) + 1.0, what=key)
+
+    resumed = _ray_run(_ray_config(toy_model_dir, toy_data_path, tmp_path, "train.world_size=1"))
+    assert [r["rollout_id"] for r in resumed] == [1, 2]
+    for got, expected in zip(resumed, reference[1:]):
+        assert got["reward/mean"] == expected["reward/mean"]  # the same samples
+        value_mean = expected["critic/value_mean"]
+        assert_sums_close(got["critic/value_mean"], value_mean, n=n, magnitude=abs(value_mean) + 1.0, what="critic/value_mean")
+    assert reference[1]["critic/value_mean"] != 0.0
+
+
+def _toy_config(model_dir):
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(model_dir)

@@ -209,7 +209,7 @@ def test_no_function_over_60_lines():
 # protocol modules.
 ENDPOINT_TYPES = {
     "PolicyTrainer", "DataParallelTrainer", "TrainerGroup", "Trainer", "EmbeddedEngine", "RemoteEngine",
-    "RolloutEngine", "ServerEngine", "Critic", "RemoteCritic", "WeightHandle", "InMemory", "SafetensorsFile", "ObjectStore", "Broadcast",
+    "RolloutEngine", "ServerEngine", "Critic", "CriticGroup", "WeightHandle", "InMemory", "SafetensorsFile", "ObjectStore", "Broadcast",
 }
 PROTOCOL_MODULES = {"trainer/protocol.py", "rollout/engine.py", "weights/handle.py"}
 

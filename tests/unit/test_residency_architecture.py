@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from heron.cluster.engine_group import RemoteEngine
-from heron.cluster.remote_critic import RemoteCritic
+from heron.cluster.critic_group import CriticGroup
 from heron.critic.critic import Critic
 from heron.cluster.trainer_group import TrainerGroup
 from heron.parallel.dp_trainer import DataParallelTrainer
@@ -18,7 +18,7 @@ from heron.trainer.policy_trainer import PolicyTrainer
 
 @pytest.mark.parametrize(
     "component", [PolicyTrainer, EmbeddedEngine, DataParallelTrainer, RemoteEngine, TrainerGroup, ServerEngine,
-                  Critic, RemoteCritic]
+                  Critic, CriticGroup]
 )
 def test_every_public_operation_declares_its_needs(component):
     assert undeclared_operations(component) == []
@@ -69,7 +69,7 @@ def test_the_critic_declares_its_operations_and_its_stand_in_the_same():
         "values": NEEDS_DEVICE, "train": NEEDS_DEVICE, "save_state": NEEDS_DEVICE, "load_state": NEEDS_DEVICE,
         "wait_saved": HOST_ONLY, "holdings": HOST_ONLY, "sleep": LIFECYCLE, "wake": LIFECYCLE,
     }
-    local, remote = public_operations(Critic), public_operations(RemoteCritic)
+    local, remote = public_operations(Critic), public_operations(CriticGroup)
     for name, need in expected.items():
         assert declared_need(local[name]) == need, ("critic", name)
         assert declared_need(remote[name]) == need, ("remote critic", name)

@@ -1,0 +1,26 @@
+"""``RankSpec``: what one rank actor of a data-parallel component (a trainer rank, a critic rank)
+needs -- the component's own spec plus its data parallelism -- and ``join_group``, the first thing
+such an actor does: join its component's torch.distributed group."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    component: Any  # TrainerSpec | CriticSpec: built by the same function as in one process
+    world_size: int
+    parallel: str  # train.parallel: fsdp2 | ddp
+    device: str  # cluster.device: cpu (gloo) | cuda (nccl)
+    collective_timeout_s: float
+
+
+def join_group(spec: RankSpec, rank: int, master_addr: str, master_port: int) -> None:
+    """Joins the component's process group (rank 0 serves its store at ``master_addr:master_port``)."""
+    from heron.cluster.rendezvous import make_store
+    from heron.parallel.data_parallel import init_process_group
+
+    store = make_store(master_addr, master_port, rank, spec.world_size, spec.collective_timeout_s)
+    init_process_group(rank, spec.world_size, store, device=spec.device, timeout_s=spec.collective_timeout_s)
