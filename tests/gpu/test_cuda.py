@@ -252,3 +252,26 @@ def test_chunked_head_holds_less_than_one_whole_logits_tensor_on_cuda():
         del logprobs, entropy
     whole_logits = input_ids.numel() * config.vocab_size * 4
     assert peaks[64] < peaks[0] - whole_logits, (peaks, whole_logits)
+
+
+def test_the_critic_trains_on_the_gpu_and_hands_values_to_the_host(assets):
+    """A PPO critic (algo.advantage=gae) on run.device=cuda: its weights on the GPU, host batches
+    moved to it, values back on the host; bf16 under train.precision=bf16, float32 head and state."""
+    from dataclasses import replace
+
+    from heron.config.critic import CriticConfig
+    from heron.config.model import ModelConfig
+    from heron.critic.build import CriticSpec, build_critic
+
+    spec = CriticSpec(critic=CriticConfig(lr=1e-2), model=ModelConfig(path=str(assets["model"])),
+                      train=TrainConfig(micro_batch_size=4, precision="bf16"), seed=0, device="cuda")
+    critic = build_critic(spec)
+    assert critic.device.type == "cuda"
+    vocab = critic.model.backbone.config.vocab_size
+    batch = _batch(vocab, rows=8, length=32)
+    batch = replace(batch, returns=torch.rand_like(batch.loss_mask) * batch.loss_mask, old_values=torch.zeros_like(batch.loss_mask))
+    metrics = critic.train(batch)
+    values = critic.values(batch)
+    assert values.device.type == "cpu" and values.shape == batch.loss_mask.shape and bool(values.abs().sum() > 0)
+    assert all(math.isfinite(v) for v in metrics.values() if not math.isnan(v))
+    assert {p.dtype for p in critic.model.parameters()} == {torch.float32}
