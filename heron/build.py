@@ -58,7 +58,8 @@ def critic_spec(cfg: HeronConfig) -> CriticSpec | None:
     """The critic's spec when the algorithm learns a value model (``algo.advantage=gae``), else None."""
     if not ADVANTAGES[cfg.algo.advantage].needs_critic:
         return None
-    return CriticSpec(critic=cfg.critic, model=cfg.model, train=cfg.train, seed=cfg.run.seed, device=device_kind(cfg))
+    return CriticSpec(critic=cfg.critic, model=cfg.model, train=cfg.train, seed=cfg.run.seed, device=device_kind(cfg),
+                      total_steps=cfg.rollout.num_rollouts * cfg.train.steps_per_rollout)
 
 
 def residency_settings(cfg: HeronConfig) -> ResidencySettings:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from heron.config.base import check, doc
 
@@ -13,7 +14,12 @@ class CriticConfig:
     with ``algo.advantage=gae`` (formulas: docs/algorithms.md, "PPO with a learned critic")."""
 
     path: str = doc("Local HF folder of the value model's backbone; '' = model.path (the policy's weights).", "")
-    lr: float = doc("Learning rate of the critic's AdamW (constant; critics usually learn faster than the policy).", 1e-4)
+    lr: float = doc("Peak learning rate of the critic's AdamW (critics usually learn faster than the policy).", 1e-4)
+    warmup_steps: int = doc("Linear warm-up of the critic's LR, in optimizer steps.", 0)
+    lr_schedule: Literal["constant", "cosine"] = doc(
+        "The critic's LR after warm-up: constant, or cosine decay to min_lr_ratio over the run's steps.", "constant"
+    )
+    min_lr_ratio: float = doc("Final LR of the critic's cosine schedule as a fraction of critic.lr.", 0.1)
     weight_decay: float = doc("AdamW decoupled weight decay of the critic.", 0.0)
     betas: list[float] = doc("AdamW betas of the critic.", factory=lambda: [0.9, 0.999])
     eps: float = doc("AdamW epsilon of the critic.", 1e-8)
@@ -26,6 +32,8 @@ class CriticConfig:
 
     def __post_init__(self):
         check(self.lr > 0, f"critic.lr must be > 0, got {self.lr}")
+        check(self.warmup_steps >= 0, f"critic.warmup_steps must be >= 0, got {self.warmup_steps}")
+        check(0 <= self.min_lr_ratio <= 1, f"critic.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), f"critic.betas must be two numbers in [0, 1), got {self.betas}")
         check(self.eps > 0, f"critic.eps must be > 0, got {self.eps}")
         check(self.weight_decay >= 0, f"critic.weight_decay must be >= 0, got {self.weight_decay}")

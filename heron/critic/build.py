@@ -28,6 +28,9 @@ class CriticSpec:
     """``run.seed``: an actor seeds torch with it before building (as the driver does)."""
     device: str = "auto"
     """``run.device`` (local) or ``cluster.device`` (Ray), resolved by heron.device where it is built."""
+    total_steps: int = 1
+    """Optimizer steps of the whole run (``rollout.num_rollouts x train.steps_per_rollout``): the
+    length of a cosine ``critic.lr_schedule``."""
 
 
 def build_critic(
@@ -50,4 +53,4 @@ def build_critic(
     return critic_cls(parallelize(model) if parallelize else model, spec.critic,
                       steps_per_rollout=spec.train.steps_per_rollout, micro_batch_size=spec.train.micro_batch_size,
                       on_nonfinite=spec.train.on_nonfinite, max_tokens_per_micro_batch=spec.train.max_tokens_per_micro_batch,
-                      precision=spec.train.precision)
+                      precision=spec.train.precision, total_steps=spec.total_steps)

@@ -12,9 +12,12 @@ accumulated), with R = the GAE returns and V_old the values the advantages were 
     loss_j = sum_t m_t 0.5 max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2) / sum_t m_t
 
 (token-mean over the mini-batch, ``heron.algo.value_loss``; c = ``critic.value_clip``), then a
-clipped-norm AdamW step at the constant ``critic.lr``. The backbone runs under the policy's
-``train.precision`` (and ``train.gradient_checkpointing``, set up by ``heron.critic.build``). The LR has no schedule, so the critic's
-whole state is its tensors (model + AdamW, in the checkpoint's ``critic/`` folder).
+clipped-norm AdamW step at ``critic.lr`` times its schedule (``critic.warmup_steps``,
+``critic.lr_schedule``: heron.trainer.lr_schedule, over the run's ``total_steps``; it advances on
+applied steps only, as the policy's). The backbone runs under the policy's ``train.precision``
+(and ``train.gradient_checkpointing``, set up by ``heron.critic.build``).
+Its state is model + AdamW (DCP shards in the checkpoint's ``critic/`` folder) and the LR
+scheduler's position (in ``critic/state.json``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from heron.device import to_host
 from heron.residency import Holdings, Resident, host_only, needs_device
 from heron.trainer.batch import TrainBatch
 from heron.trainer.optimizer import build_adamw, trained_tensors
+from heron.trainer.lr_schedule import build_scheduler
 from heron.trainer.packing import MicroBatch, micro_batches, stitch
 from heron.trainer.precision import forward_context
 from heron.trainer.nonfinite import nonfinite_error, nonfinite_values
@@ -48,7 +52,7 @@ log = logging.getLogger("heron.critic")
 class Critic(Resident):
     def __init__(self, model: torch.nn.Module, cfg: CriticConfig, *, steps_per_rollout: int,
                  micro_batch_size: int, on_nonfinite: str = "error", max_tokens_per_micro_batch: int = 0,
-                 precision: str = "fp32"):
+                 precision: str = "fp32", total_steps: int = 1):
         """``precision``: the policy's ``train.precision`` (bf16: the backbone runs under autocast,
         float32 master weights; the value head and the loss stay float32, heron.trainer.precision)."""
         self.model = model.train()
@@ -59,7 +63,10 @@ class Critic(Resident):
         self.max_tokens_per_micro_batch = max_tokens_per_micro_batch  # > 0: packed as the policy's (heron.trainer.packing)
         self.on_nonfinite = on_nonfinite
         self.optimizer = build_adamw(model, cfg)
-        self._checkpoint = CriticCheckpoint(self.model, self.optimizer)
+        self.scheduler = build_scheduler(self.optimizer, warmup_steps=cfg.warmup_steps, total_steps=total_steps,
+                                         schedule=cfg.lr_schedule, min_lr_ratio=cfg.min_lr_ratio)
+        scheduled = cfg.warmup_steps > 0 or cfg.lr_schedule != "constant"
+        self._checkpoint = CriticCheckpoint(self.model, self.optimizer, self.scheduler, scheduled)
 
     @property
     @host_only
@@ -106,6 +113,7 @@ class Critic(Resident):
             sums["clip_frac"] += float(out.clip_fraction)
         max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
         sums["grad_norm"] = self._clip_grad_norm(max_norm)
+        sums["lr"] = self.optimizer.param_groups[0]["lr"]
         found = nonfinite_values(value_loss=sums["value_loss"], grad_norm=sums["grad_norm"])
         if self._nonfinite_anywhere(bool(found)):
             found = found or "value loss or grad_norm on another rank"
@@ -115,6 +123,7 @@ class Critic(Resident):
             log.warning("skipped critic step %d of rollout %d: non-finite %s (train.on_nonfinite=skip)", step + 1, rollout_id, found)
             return sums, False
         self.optimizer.step()
+        self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return sums, True
 

@@ -3,7 +3,8 @@ policy (``heron.critic.checkpoint.WithCritic`` is the writer's source), so the m
 it and the commit is atomic for both.
 
     critic/dcp/            value model + AdamW state (DCP shards, ``heron.checkpoint.shards``)
-    critic/state.json      {"fingerprint": {"model": ..., "optimizer": ...}}: checked before loading
+    critic/state.json      {"fingerprint": {"model": ..., "optimizer": ...}}: checked before loading;
+                           "scheduler": the LR scheduler's state (its step), restored with them
 
 Sync or async like the trainer's shards: async stages the live tensors to host and writes behind.
 """
@@ -32,6 +33,8 @@ CRITIC_STATE = "state.json"
 class CriticCheckpoint:
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scheduled: bool = False  # a warm-up or decay: the LR depends on the scheduler's step
     _shards: ModuleShards | None = field(default=None, repr=False)
 
     def save(self, request: ShardRequest, primary: bool = True) -> SavedShards:
@@ -43,7 +46,8 @@ class CriticCheckpoint:
             self._shards = ModuleShards(self.model, self.optimizer)
         saved = self._shards.save_state(replace(request, folder=str(folder), hf_export=False), primary=False)
         if primary:
-            state = {"fingerprint": {"model": saved.model, "optimizer": saved.optimizer}}
+            state = {"fingerprint": {"model": saved.model, "optimizer": saved.optimizer},
+                     "scheduler": self.scheduler.state_dict()}
             write_file_durably(folder / CRITIC_STATE, json.dumps(state, indent=1).encode())
         return saved
 
@@ -62,11 +66,19 @@ class CriticCheckpoint:
                 f"run without algo.advantage=gae; resume it with that run's algo.advantage"
             )
         try:
-            saved = json.loads((folder / CRITIC_STATE).read_text())["fingerprint"]
+            state = json.loads((folder / CRITIC_STATE).read_text())
+            saved = state["fingerprint"]
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"checkpoint {checkpoint.path} is corrupt: {CRITIC_FOLDER}/{CRITIC_STATE} unreadable ({e})") from None
         live = dcp_io.live_state(self.model, self.optimizer)
         name = f"{checkpoint.name} (critic)"
         check_model(name, saved["model"], model_fingerprint(live["model"]))
         check_optimizer(name, saved["optimizer"], optimizer_fingerprint(self.optimizer, live["optimizer"]))
+        if "scheduler" not in state and self.scheduled:
+            raise CheckpointError(
+                f"checkpoint {checkpoint.path} has no critic LR schedule state (saved by a heron without "
+                "critic.lr_schedule): resume it with critic.lr_schedule=constant critic.warmup_steps=0"
+            )
         dcp_io.load_into(self.model, self.optimizer, folder, process_group=None)
+        if "scheduler" in state:
+            self.scheduler.load_state_dict(state["scheduler"])

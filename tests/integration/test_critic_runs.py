@@ -49,7 +49,7 @@ def _config(toy_model_dir, toy_data_path, run_dir: Path, *extra: str):
     return load_config(None, toy_run_overrides(
         toy_model_dir, toy_data_path, run_dir, "algo.advantage=gae", "reward.fn=test_length", "critic.lr=1e-2",
         "algo.lam=0.95", "train.steps_per_rollout=2", "train.micro_batch_size=1", f"rollout.num_rollouts={NUM_ROLLOUTS}",
-        "checkpoint.interval=1", *extra,
+        "checkpoint.interval=1", "critic.warmup_steps=2", "critic.lr_schedule=cosine", *extra,
     ))
 
 
@@ -150,6 +150,27 @@ def test_a_checkpoint_without_a_critic_does_not_resume_into_a_critic_run(toy_mod
 
     write_manifest(checkpoints / "rollout-000000", 0)
     with pytest.raises(CheckpointError, match="has no critic state") as error:
+        RLRun(_config(toy_model_dir, toy_data_path, tmp_path))
+    assert "\n" not in str(error.value)
+
+
+def test_a_checkpoint_without_the_critic_lr_state_does_not_resume_a_scheduled_critic(toy_model_dir, toy_data_path,
+                                                                                     tmp_path, straight):
+    """A critic/state.json saved before the critic had an LR schedule: a run whose critic LR
+    depends on its step says so in one line instead of restarting the schedule."""
+    import json
+    import shutil
+
+    from heron.checkpoint.manifest import write_manifest
+
+    checkpoint = tmp_path / "checkpoints" / "rollout-000000"
+    shutil.copytree(straight["dir"] / "checkpoints" / "rollout-000000", checkpoint)
+    state_file = checkpoint / "critic" / "state.json"
+    state = json.loads(state_file.read_text())
+    assert state["scheduler"]["last_epoch"] == 2  # two applied steps (train.steps_per_rollout=2)
+    state_file.write_text(json.dumps({"fingerprint": state["fingerprint"]}))
+    write_manifest(checkpoint, 0)
+    with pytest.raises(CheckpointError, match="has no critic LR schedule state") as error:
         RLRun(_config(toy_model_dir, toy_data_path, tmp_path))
     assert "\n" not in str(error.value)
 

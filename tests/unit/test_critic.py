@@ -35,12 +35,12 @@ class TokenIdBackbone(torch.nn.Module):
         return SimpleNamespace(last_hidden_state=input_ids.float().unsqueeze(-1))  # [B, L, 1]
 
 
-def _critic(steps: int = 1, micro: int = 8, max_tokens: int = 0, **cfg) -> Critic:
+def _critic(steps: int = 1, micro: int = 8, max_tokens: int = 0, total_steps: int = 1, **cfg) -> Critic:
     model = ValueModel(TokenIdBackbone(), hidden_size=1)
     with torch.no_grad():
         model.value_head.weight.fill_(1.0)
     return Critic(model, CriticConfig(**cfg), steps_per_rollout=steps, micro_batch_size=micro,
-                  max_tokens_per_micro_batch=max_tokens)
+                  max_tokens_per_micro_batch=max_tokens, total_steps=total_steps)
 
 
 def _sample(index: int, prompt: list[int], response: list[int], reward: float, mask: list[int] | None = None) -> Sample:
@@ -185,3 +185,14 @@ def test_packed_micro_batches_put_values_in_their_rows_and_give_the_row_update()
 def test_the_value_head_starts_at_zero():
     model = ValueModel(TokenIdBackbone(), hidden_size=1)
     assert torch.equal(model(torch.tensor([[3, 4, 5]]), torch.ones(1, 3)), torch.zeros(1, 2))
+
+
+def test_the_critic_lr_warms_up_then_decays_on_its_schedule():
+    """critic.warmup_steps=2, cosine to 0.1 over 4 steps (heron.trainer.lr_schedule): multipliers
+    1/2, 2/2, then 0.1 + 0.9 * 0.5 * (1 + cos(pi * p)) at p = 0 and 1/2 -> 1 and 0.55."""
+    rows = _train_batch()
+    critic = _critic(total_steps=4, lr=1e-2, warmup_steps=2, lr_schedule="cosine", min_lr_ratio=0.1)
+    lrs = [critic.train(rows)["lr"] for _ in range(4)]
+    assert lrs == pytest.approx([5e-3, 1e-2, 1e-2, 5.5e-3], rel=1e-12)
+    assert _critic(lr=1e-2).train(rows)["lr"] == 1e-2  # constant by default
+
