@@ -36,8 +36,8 @@ from heron.critic.state import CriticCheckpoint
 from heron.device import to_host
 from heron.residency import Holdings, Resident, host_only, needs_device
 from heron.trainer.batch import TrainBatch
-from heron.trainer.optimizer import build_adamw, trained_tensors
 from heron.trainer.lr_schedule import build_scheduler
+from heron.trainer.optimizer import build_adamw, trained_tensors
 from heron.trainer.packing import MicroBatch, micro_batches, stitch
 from heron.trainer.precision import forward_context
 from heron.trainer.nonfinite import nonfinite_error, nonfinite_values
@@ -54,7 +54,8 @@ class Critic(Resident):
                  micro_batch_size: int, on_nonfinite: str = "error", max_tokens_per_micro_batch: int = 0,
                  precision: str = "fp32", total_steps: int = 1):
         """``precision``: the policy's ``train.precision`` (bf16: the backbone runs under autocast,
-        float32 master weights; the value head and the loss stay float32, heron.trainer.precision)."""
+        float32 master weights; the value head and the loss stay float32, heron.trainer.precision);
+        ``total_steps``: optimizer steps of the whole run, the length of a cosine LR schedule."""
         self.model = model.train()
         self._forward_context = forward_context(precision, model)
         self.cfg = cfg
@@ -86,7 +87,7 @@ class Critic(Resident):
     def train(self, batch: TrainBatch) -> dict[str, float]:
         """``train.steps_per_rollout`` value-loss steps on the batch's mini-batches (the policy's
         split); returns means over the applied steps: value_loss, clip_frac (tokens whose clipped
-        branch won, so no gradient), grad_norm, and over the batch: value_mean (of V_old) and
+        branch won, so no gradient), grad_norm, lr (the one each step used), and over the batch: value_mean (of V_old) and
         explained_variance (1 - Var(R - V_old) / Var(R)), nonfinite_skipped."""
         return {**self._train_steps(batch), **batch_metrics(batch)}
 
