@@ -14,13 +14,13 @@ from heron.rl_run import RLRun
 from tests.tolerance import RAY_START
 
 
-def _config(toy_model_dir, toy_data_path, tmp_path, world_size=2):
+def _config(toy_model_dir, toy_data_path, tmp_path, world_size=2, *extra: str):
     return load_config(None, [
         f"model.path={toy_model_dir}", f"data.path={toy_data_path}", f"eval.path={toy_data_path.parent / 'test.jsonl'}",
         "eval.interval=1", f"run.dir={tmp_path}", "rollout.num_rollouts=2", "rollout.batch_size=2",
         "rollout.samples_per_prompt=2", "rollout.max_new_tokens=4", "train.micro_batch_size=2",
         "tracking.progress=false", "tracking.summary=false", "cluster.backend=ray", RAY_START, "cluster.num_cpus=2",
-        f"train.world_size={world_size}", "cluster.cpus_per_bundle=0.5", "colocate=true",
+        f"train.world_size={world_size}", "cluster.cpus_per_bundle=0.5", "colocate=true", *extra,
     ])
 
 
@@ -36,6 +36,19 @@ def test_loop_runs_on_ray_and_shuts_it_down(no_ray, toy_model_dir, toy_data_path
     assert all("eval/accuracy" in r for r in records)
     assert (tmp_path / "metrics.jsonl").is_file()
     assert (tmp_path / "checkpoints" / "rollout-000001" / "manifest.json").is_file()  # saved after the last rollout
+
+
+def test_a_bfloat16_engine_takes_broadcast_weights_on_ray(no_ray, toy_model_dir, toy_data_path, tmp_path):
+    """engine.embedded.dtype=bfloat16 under float32 trainer ranks: the broadcast sends float32
+    buffers, the engine actor casts them into its bfloat16 copy, and every push lands (the run
+    checks the engine's version after each one)."""
+    try:
+        records = train(_config(toy_model_dir, toy_data_path, tmp_path, 2, "engine.embedded.dtype=bfloat16",
+                                "cluster.weight_transport=broadcast"))
+    finally:
+        ray.shutdown()
+    assert [r["policy_version"] for r in records] == [1, 2]
+    assert all(0 < r["train/engine_logprob_abs_diff_max"] < float("inf") for r in records)
 
 
 def test_interrupt_shuts_ray_down(no_ray, toy_model_dir, toy_data_path, tmp_path):
