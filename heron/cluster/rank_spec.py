@@ -1,11 +1,14 @@
 """``RankSpec``: what one rank actor of a data-parallel component (a trainer rank, a critic rank)
 needs -- the component's own spec plus its data parallelism -- and ``join_group``, the first thing
-such an actor does: join its component's torch.distributed group."""
+such an actor does: join its component's torch.distributed group. ``wait_saved_on_ranks``: the
+driver-side end of such a component's checkpoint write."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from heron.cluster.remote_call import wait_all
 
 
 @dataclass(frozen=True)
@@ -24,3 +27,10 @@ def join_group(spec: RankSpec, rank: int, master_addr: str, master_port: int) ->
 
     store = make_store(master_addr, master_port, rank, spec.world_size, spec.collective_timeout_s)
     init_process_group(rank, spec.world_size, store, device=spec.device, timeout_s=spec.collective_timeout_s)
+
+
+def wait_saved_on_ranks(ranks: list, timeout_s: float) -> dict[str, str]:
+    """Every rank actor's checksums once its shard write has finished (async saves write from host
+    copies: no rank wakes), merged into one {path: checksum}."""
+    sums = wait_all([(r, r.submit_host("wait_saved")) for r in ranks], "wait_saved", timeout_s)
+    return {path: digest for rank_sums in sums for path, digest in rank_sums.items()}

@@ -109,7 +109,7 @@ class RayExecutor:
         and made data-parallel (``heron.cluster.critic_group``), with their residency attached inside
         and proxies registered with the run's coordinator (offloaded like the trainer)."""
         bundles = self.plan.critic_bundles
-        ranks = self._rank_actors("critic", bundles, build_critic_rank, replace(spec, device=self.cluster.device))
+        ranks = self._rank_actors("critic", bundles, build_critic_rank, spec)
         critic = CriticGroup(ranks, self.settings.train.steps_per_rollout, self.cluster.call_timeout_s)
         settings = self.settings.residency
         critic.residency = attach_actors(ranks, bundles, settings.offload_train, settings, coordinator,

@@ -21,7 +21,7 @@ import torch
 
 from heron.checkpoint.run_state import TrainerState
 from heron.checkpoint.shards import SavedShards, ShardRequest
-from heron.cluster.rank_spec import RankSpec, join_group
+from heron.cluster.rank_spec import RankSpec, join_group, wait_saved_on_ranks
 from heron.cluster.remote_call import ActorRef, wait_all
 from heron.parallel.shard_batch import shard_for_ranks
 from heron.residency import Holdings, Resident, host_only, needs_device
@@ -99,8 +99,7 @@ class TrainerGroup(Resident):
     def wait_saved(self) -> dict[str, str]:
         """Every rank's checksums, once its shard write has finished (async saves write from
         host copies: no rank wakes)."""
-        sums = wait_all([(r, r.submit_host("wait_saved")) for r in self.ranks], "wait_saved", self.timeout_s)
-        return {path: digest for rank_sums in sums for path, digest in rank_sums.items()}
+        return wait_saved_on_ranks(self.ranks, self.timeout_s)
 
     @needs_device
     def load_state(self, checkpoint: Checkpoint, run_config: dict) -> TrainerState:

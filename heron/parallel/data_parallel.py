@@ -88,6 +88,19 @@ def all_reduce_mean(metrics: dict[str, float]) -> dict[str, float]:
     return dict(zip(keys, tensor.tolist()))
 
 
+def max_over_ranks(count: int) -> int:
+    """The largest ``count`` of any rank (e.g. micro-batches: under FSDP2 each forward is a
+    collective, so every rank must run as many)."""
+    tensor = torch.tensor([count], dtype=torch.int64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return int(tensor.item())
+
+
+def any_rank(flag: bool) -> bool:
+    """Whether ``flag`` is set on any rank (so every rank takes the same branch)."""
+    return all_reduce_sum(float(flag)) > 0
+
+
 def clip_grad_norm(model: torch.nn.Module, max_norm: float) -> float:
     """Clips the global gradient norm over all ranks' shards; returns the norm before clipping."""
     from torch.distributed.tensor import DTensor

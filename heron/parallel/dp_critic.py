@@ -12,11 +12,10 @@ where it is (``heron.cluster.critic_group``).
 
 from __future__ import annotations
 
-import torch
 import torch.distributed as dist
 
 from heron.critic.critic import Critic
-from heron.parallel.data_parallel import all_reduce_mean, all_reduce_sum, clip_grad_norm
+from heron.parallel.data_parallel import all_reduce_mean, all_reduce_sum, any_rank, clip_grad_norm, max_over_ranks
 from heron.residency import needs_device
 from heron.trainer.batch import TrainBatch
 
@@ -30,13 +29,11 @@ class DataParallelCritic(Critic):
 
     def _nonfinite_anywhere(self, here: bool) -> bool:
         """Every rank skips (or stops at) the same step."""
-        return all_reduce_sum(float(here)) > 0
+        return any_rank(here)
 
     def _micro_batch_count(self, count: int) -> int:
         """The largest rank's count: under FSDP2 every forward is a collective."""
-        tensor = torch.tensor([count], dtype=torch.int64)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-        return int(tensor.item())
+        return max_over_ranks(count)
 
     def _writes_shared_files(self) -> bool:
         return dist.get_rank() == 0

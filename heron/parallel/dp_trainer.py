@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from heron.algo.loss_agg import LossNormalizer, normalizer
-from heron.parallel.data_parallel import all_reduce_mean, all_reduce_sum, clip_grad_norm, full_state_dict
+from heron.parallel.data_parallel import all_reduce_mean, all_reduce_sum, any_rank, clip_grad_norm, full_state_dict, max_over_ranks
 from heron.residency import needs_device
 from heron.residency.snapshot import host_snapshot_of
 from heron.trainer.batch import TrainBatch
@@ -40,14 +40,12 @@ class DataParallelTrainer(PolicyTrainer):
     def _micro_batch_count(self, count: int) -> int:
         """The largest rank's count of packed micro-batches: every forward/backward is a
         collective under FSDP2, so every rank runs as many (heron.trainer.packing)."""
-        tensor = torch.tensor([count], dtype=torch.int64)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-        return int(tensor.item())
+        return max_over_ranks(count)
 
     def _nonfinite_anywhere(self, here: bool) -> bool:
         """Every rank stops or skips the same step: the grad norm is global already, but a loss
         may be non-finite on one rank alone."""
-        return all_reduce_sum(float(here)) > 0
+        return any_rank(here)
 
     def _mismatch_metrics(self, stats: torch.Tensor) -> dict[str, float]:
         """Over all ranks' tokens: sums all-reduced with SUM, the max with MAX (every rank then
