@@ -83,7 +83,7 @@ def heron_steps(model_dir: Path, data: Path, run_dir: Path, precision: str) -> l
         f"rollout.batch_size={PROMPTS}", f"rollout.samples_per_prompt={SAMPLES}", f"rollout.max_new_tokens={NEW_TOKENS}",
         "train.steps_per_rollout=1", f"train.micro_batch_size={PROMPTS * SAMPLES}", f"train.lr={LR}",
         "eval.interval=0", "checkpoint.enabled=false", f"train.precision={precision}",
-        *(["engine.embedded.dtype=bfloat16"] if precision == "bf16" else []),
+        *(["engine.embedded.dtype=bfloat16", "run.allow_emulated_bf16=true"] if precision == "bf16" else []),
     ]
     _run([str(REPO / ".venv" / "bin" / "heron"), "train", *overrides])
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -36,6 +36,7 @@ def engine_spec(cfg: HeronConfig, pad_token_id: int) -> EngineSpec:
     return EngineSpec(
         engine=cfg.engine, model=cfg.model, rollout=cfg.rollout, pad_token_id=pad_token_id,
         seed=cfg.run.seed, run_dir=cfg.run.dir, offload=offload_rollout, device=device_kind(cfg),
+        allow_emulated_bf16=cfg.run.allow_emulated_bf16,
     )
 
 
@@ -44,7 +45,7 @@ def trainer_spec(cfg: HeronConfig) -> TrainerSpec:
         model=cfg.model, train=cfg.train, algo=cfg.algo, policy_loss=cfg.hooks.policy_loss,
         total_steps=cfg.rollout.num_rollouts * cfg.train.steps_per_rollout,
         temperature=cfg.rollout.temperature, max_response_tokens=cfg.rollout.max_new_tokens, seed=cfg.run.seed,
-        device=device_kind(cfg),
+        device=device_kind(cfg), allow_emulated_bf16=cfg.run.allow_emulated_bf16,
     )
 
 
@@ -59,7 +60,8 @@ def critic_spec(cfg: HeronConfig) -> CriticSpec | None:
     if not ADVANTAGES[cfg.algo.advantage].needs_critic:
         return None
     return CriticSpec(critic=cfg.critic, model=cfg.model, train=cfg.train, seed=cfg.run.seed, device=device_kind(cfg),
-                      total_steps=cfg.rollout.num_rollouts * cfg.train.steps_per_rollout)
+                      total_steps=cfg.rollout.num_rollouts * cfg.train.steps_per_rollout,
+                      allow_emulated_bf16=cfg.run.allow_emulated_bf16)
 
 
 def residency_settings(cfg: HeronConfig) -> ResidencySettings:

@@ -69,17 +69,33 @@ def native_bf16(device: torch.device | str) -> bool:
     return any(bool(probe()) for probe in probes if probe is not None)
 
 
-def bf16_note(requests: list[str], device_type: str, native: bool) -> str | None:
-    """None when nothing asks for bf16 or the device has it; on a GPU without it a one-line
-    ``DeviceError``; on a CPU without it a note (torch emulates bf16 there: correct, slower)."""
+def bf16_note(requests: list[str], device_type: str, native: bool, *, allow_emulated: bool = False) -> str | None:
+    """None when nothing asks for bf16 or the device has it. Else a one-line ``DeviceError``: on a
+    GPU without it always; on a CPU without avx512-bf16/AMX unless ``allow_emulated``
+    (``run.allow_emulated_bf16``), then a note. Why refuse on a CPU: torch emulates bf16 there,
+    correctly but so slowly that a run looks hung (a 25 M-parameter train step took ~27x its
+    float32 time on an AVX2 machine, docs/gpu.md)."""
     if not requests or native:
         return None
+    asked = ", ".join(requests)
     if device_type == "cuda":
         raise DeviceError(
-            f"{', '.join(requests)} but this GPU has no native bfloat16 (compute capability < 8.0); "
+            f"{asked} but this GPU has no native bfloat16 (compute capability < 8.0); "
             "use float32 here (model.dtype=float32, train.precision=fp32, engine.embedded.dtype=float32)"
         )
-    return f"{', '.join(requests)}: this CPU has no avx512-bf16 or AMX, so torch emulates bf16 (correct, slower than float32)"
+    if not allow_emulated:
+        raise DeviceError(
+            f"{asked} but this CPU has no avx512-bf16 or AMX, so torch would emulate bf16 (many times slower "
+            "than float32); use float32 here (model.dtype=float32, train.precision=fp32, "
+            "engine.embedded.dtype=float32) or set run.allow_emulated_bf16=true"
+        )
+    return f"{asked}: this CPU has no avx512-bf16 or AMX, so torch emulates bf16 (correct, many times slower than float32)"
+
+
+def check_bf16(requests: list[str], device: torch.device, *, allow_emulated: bool = False) -> str | None:
+    """``bf16_note`` for ``device`` as it is: called where a component is built (the process that
+    holds the device: this one locally, each actor on Ray), before its first forward."""
+    return bf16_note(requests, device.type, native_bf16(device), allow_emulated=allow_emulated)
 
 
 def place(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:

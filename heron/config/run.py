@@ -17,6 +17,12 @@ class RunConfig:
         "cuda when a CUDA device is visible, else cpu (on Ray, cluster.device places the actors).",
         "auto",
     )
+    allow_emulated_bf16: bool = doc(
+        "Run bfloat16 settings (model.dtype, train.precision, engine.embedded.dtype) on a CPU without "
+        "avx512-bf16 or AMX, where torch emulates bf16 many times slower than float32; false: refuse in "
+        "one line before anything loads (a GPU without bf16 is always refused).",
+        False,
+    )
 
     def __post_init__(self):
         check(self.dir != "", "run.dir must not be empty; set run.dir=<folder>")

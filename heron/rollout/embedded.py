@@ -254,9 +254,12 @@ class EmbeddedEngine(Resident):
 def build_embedded_engine(spec) -> EmbeddedEngine:
     """``engine.kind=embedded``: the policy folder loaded in ``engine.embedded.dtype`` (default
     ``model.dtype``), frozen, in this process."""
-    from heron.device import place, resolve
+    from heron.device import check_bf16, place, resolve
     from heron.models import load_model
+    from heron.preflight.device import component_bf16_requests
 
     dtype = spec.engine.embedded.dtype or spec.model.dtype
-    model = place(load_model(spec.model.path, dtype), resolve(spec.device)).eval().requires_grad_(False)
+    device = resolve(spec.device)
+    check_bf16(component_bf16_requests(spec.model.dtype, engine_dtype=dtype), device, allow_emulated=spec.allow_emulated_bf16)
+    model = place(load_model(spec.model.path, dtype), device).eval().requires_grad_(False)
     return EmbeddedEngine(model, pad_token_id=spec.pad_token_id, max_batch_size=spec.rollout.max_batch_size)

@@ -43,6 +43,7 @@ class EngineSpec:
     offload: bool = False  # offload.rollout, resolved: a server that can sleep starts in sleep mode
     name: str = "engine"  # the engine actor's name on Ray (a server's log: <run_dir>/<name>.log)
     device: str = "auto"  # run.device (local) or cluster.device (Ray): resolved by heron.device where it is built
+    allow_emulated_bf16: bool = False  # run.allow_emulated_bf16 (heron.device.check_bf16)
 
     @property
     def kind(self) -> str:

@@ -35,6 +35,8 @@ class TrainerSpec:
     """``run.seed``: a rank actor seeds torch with it before building (as the driver does)."""
     device: str = "auto"
     """``run.device`` (local) or ``cluster.device`` (Ray), resolved by ``heron.device`` where the trainer is built."""
+    allow_emulated_bf16: bool = False
+    """``run.allow_emulated_bf16``: bf16 settings on a CPU without bf16 run (else ``heron.device.check_bf16`` refuses)."""
 
 
 def build_trainer(
@@ -44,15 +46,18 @@ def build_trainer(
 ) -> PolicyTrainer:
     """The policy trainer; ``parallelize(model) -> model`` (data parallelism, applied from
     outside by the cluster layer) runs before the optimizer is built."""
-    from heron.device import place, resolve
+    from heron.device import check_bf16, place, resolve
     from heron.lora import AdaptersDisabled, apply_lora, engine_view
     from heron.models import load_model
     from heron.plugins.loader import load_hook
+    from heron.preflight.device import component_bf16_requests
     from heron.trainer.activation_checkpointing import enable_activation_checkpointing
 
     policy_loss = load_hook("policy_loss", spec.policy_loss) if spec.policy_loss else None
     objective = PolicyObjective(spec.algo, policy_loss=policy_loss, max_response_tokens=spec.max_response_tokens)
     device = resolve(spec.device)
+    check_bf16(component_bf16_requests(spec.model.dtype, spec.train.precision), device,
+               allow_emulated=spec.allow_emulated_bf16)
     model = apply_lora(load_model(spec.model.path, spec.model.dtype), spec.model.lora)  # LoRA off: the model itself
     if spec.train.gradient_checkpointing:
         enable_activation_checkpointing(model)

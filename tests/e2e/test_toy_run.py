@@ -39,8 +39,8 @@ def warm_started(tmp_path_factory):
 # engines do (engine.embedded.dtype)
 VARIANTS = {
     "fp32": [],
-    "bf16": ["train.precision=bf16"],
-    "bf16-engine": ["train.precision=bf16", "engine.embedded.dtype=bfloat16"],
+    "bf16": ["train.precision=bf16", "run.allow_emulated_bf16=true"],
+    "bf16-engine": ["train.precision=bf16", "engine.embedded.dtype=bfloat16", "run.allow_emulated_bf16=true"],
 }
 
 

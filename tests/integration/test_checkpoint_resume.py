@@ -34,12 +34,13 @@ NUM_ROLLOUTS, STOP_AFTER = 5, 2  # checkpoints after rollouts 1, 3, 4 (interval 
 # Variants of the exact-resume test; the colocated one resumes into a trainer that rests asleep
 # (load_state wakes it and republishes the host snapshot of the weights).
 BF16 = "train.precision=bf16"
+EMULATED_OK = "run.allow_emulated_bf16=true"  # bf16 also on a CPU without it (slower, same code)
 RESUME_MODES = [
     pytest.param(["checkpoint.async=false"], id="sync"),
     pytest.param(["checkpoint.async=true"], id="async"),
     pytest.param(["checkpoint.async=true", "colocate=true"], id="async-colocate-offload"),
     # mixed precision (issue 14, item 3): bf16 autocast over float32 master weights resumes exactly
-    pytest.param(["checkpoint.async=false", BF16], id="sync-bf16"),
+    pytest.param(["checkpoint.async=false", BF16, EMULATED_OK], id="sync-bf16"),
 ]
 
 
@@ -120,7 +121,7 @@ def straight(assets, tmp_path_factory):
 @pytest.fixture(scope="module")
 def straight_bf16(assets, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("straight_bf16")
-    return {"dir": run_dir, "run": _run(_config(assets, run_dir, BF16))}
+    return {"dir": run_dir, "run": _run(_config(assets, run_dir, BF16, EMULATED_OK))}
 
 
 def _assert_same_trainer_state(a, b):

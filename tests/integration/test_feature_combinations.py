@@ -21,17 +21,17 @@ from tests.toy_run import toy_run_overrides
 LORA = ["model.lora.enabled=true", "model.lora.rank=4"]
 PACK = "train.max_tokens_per_micro_batch=24"
 CASES = {
-    "gae+checkpointing+bf16": ["algo.advantage=gae", "train.gradient_checkpointing=true", "train.precision=bf16"],
+    "gae+checkpointing+bf16": ["algo.advantage=gae", "train.gradient_checkpointing=true", "train.precision=bf16", "run.allow_emulated_bf16=true"],
     "gae+packing+2steps+chunks": ["algo.advantage=gae", PACK, "train.steps_per_rollout=2", "train.logprob_chunk_size=3"],
     "gae+lora+colocate+kl_in_reward": [*LORA, "algo.advantage=gae", "colocate=true", "algo.kl_coef=0.1",
                                        "algo.kl_in_reward=true", "algo.kl_estimator=k1"],
     "lora+packing+kl+checkpointing": [*LORA, PACK, "algo.kl_coef=0.1", "train.gradient_checkpointing=true"],
-    "lora+bf16+chunks+colocate": [*LORA, "train.precision=bf16", "train.logprob_chunk_size=3", "colocate=true"],
+    "lora+bf16+chunks+colocate": [*LORA, "train.precision=bf16", "train.logprob_chunk_size=3", "colocate=true", "run.allow_emulated_bf16=true"],
     "packing+tis+2steps": [PACK, "algo.off_policy.mode=tis", "train.steps_per_rollout=2"],
     "packing+mis+gspo": [PACK, "algo.off_policy.mode=mis", "algo.loss=gspo", "algo.loss_agg=seq-mean-token-mean"],
     "dynamic_sampling+gae": ["rollout.dynamic_sampling.enabled=true", "algo.advantage=gae"],
     "cispo+checkpointing+colocate": ["algo.loss=cispo", "train.gradient_checkpointing=true", "colocate=true"],
-    "bf16engine+lora+colocate+tis": [*LORA, "engine.embedded.dtype=bfloat16", "train.precision=bf16", "colocate=true",
+    "bf16engine+lora+colocate+tis": [*LORA, "engine.embedded.dtype=bfloat16", "train.precision=bf16", "colocate=true", "run.allow_emulated_bf16=true",
                                      "algo.off_policy.mode=tis"],
 }
 

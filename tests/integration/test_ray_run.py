@@ -44,7 +44,7 @@ def test_a_bfloat16_engine_takes_broadcast_weights_on_ray(no_ray, toy_model_dir,
     checks the engine's version after each one)."""
     try:
         records = train(_config(toy_model_dir, toy_data_path, tmp_path, 2, "engine.embedded.dtype=bfloat16",
-                                "cluster.weight_transport=broadcast"))
+                                "cluster.weight_transport=broadcast", "run.allow_emulated_bf16=true"))
     finally:
         ray.shutdown()
     assert [r["policy_version"] for r in records] == [1, 2]

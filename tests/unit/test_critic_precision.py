@@ -20,7 +20,8 @@ from tests.unit.test_trainer import _rollout
 
 def _critic(model_dir, **train_kw):
     spec = CriticSpec(critic=CriticConfig(lr=1e-2), model=ModelConfig(path=str(model_dir)),
-                      train=TrainConfig(micro_batch_size=8, **train_kw), seed=0)
+                      train=TrainConfig(micro_batch_size=8, **train_kw), seed=0,
+                      allow_emulated_bf16=True)  # bf16 on any CPU (emulated where it has none)
     return build_critic(spec)
 
 

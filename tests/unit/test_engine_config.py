@@ -81,7 +81,7 @@ def test_the_embedded_engine_holds_its_own_dtype_and_casts_pushed_weights(toy_mo
     from heron.rollout.registry import build_engine
     from heron.weights.handle import InMemory, WeightHandle
 
-    cfg = load_config(None, [f"model.path={toy_model_dir}", "data.path=d.jsonl", "engine.embedded.dtype=bfloat16"])
+    cfg = load_config(None, [f"model.path={toy_model_dir}", "data.path=d.jsonl", "engine.embedded.dtype=bfloat16", "run.allow_emulated_bf16=true"])
     assert cfg.model.dtype == "float32"
     engine = build_engine(engine_spec(cfg, pad_token_id=0))
     assert {p.dtype for p in engine.model.parameters()} == {torch.bfloat16}
