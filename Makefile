@@ -22,8 +22,9 @@ $(STAMP): requirements.txt pyproject.toml
 demo: $(STAMP)
 	$(BIN)/heron demo
 
+# Two workers: the tier waits on child processes much of the time (tests/conftest.py groups the tests).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m slow

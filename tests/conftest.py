@@ -30,3 +30,18 @@ def addition_data(tmp_path_factory) -> dict[str, Path]:
     write_jsonl(make_prompts(6, seed=1, max_digits=2), paths["test"])
     write_jsonl(make_prompts(5, seed=2, max_digits=3), paths["hard"])
     return paths
+
+
+# `make test` runs the default tier on two pytest-xdist workers with --dist loadgroup: the
+# suite spends much of its time waiting on child processes (ranks, servers, Ray) rather than
+# computing. A file's tests stay on one worker (module fixtures are built once), and every test
+# that starts Ray shares one group, so two Ray clusters never run at once (tests read Ray's
+# processes and sockets, and the heron-started Ray assumes the machine's cores are its own).
+RAY_FIXTURES = frozenset({"ray_session", "no_ray"})
+RAY_FILES = frozenset({"test_interrupt.py", "test_ray_checkpoint_crash.py"})  # Ray started by a child process
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        uses_ray = RAY_FIXTURES.intersection(getattr(item, "fixturenames", ())) or item.path.name in RAY_FILES
+        item.add_marker(pytest.mark.xdist_group("ray" if uses_ray else item.nodeid.split("::")[0]))
