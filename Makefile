@@ -24,7 +24,7 @@ demo: $(STAMP)
 
 # Two workers: the tier waits on child processes much of the time (tests/conftest.py groups the tests).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m slow

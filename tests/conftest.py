@@ -32,16 +32,36 @@ def addition_data(tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
-# `make test` runs the default tier on two pytest-xdist workers with --dist loadgroup: the
-# suite spends much of its time waiting on child processes (ranks, servers, Ray) rather than
-# computing. A file's tests stay on one worker (module fixtures are built once), and every test
-# that starts Ray shares one group, so two Ray clusters never run at once (tests read Ray's
-# processes and sockets, and the heron-started Ray assumes the machine's cores are its own).
+
+# `make test` runs the default tier on two pytest-xdist workers, a file at a time
+# (``--dist loadfile``): the tier spends much of its time waiting on child processes (ranks,
+# servers, Ray) rather than computing. The files whose tests start Ray form one unit, so one
+# worker runs them one after another and two Ray clusters never run at once (tests read Ray's
+# processes and sockets; each heron-started Ray takes the machine's two cores as its own).
 RAY_FIXTURES = frozenset({"ray_session", "no_ray"})
-RAY_FILES = frozenset({"test_interrupt.py", "test_ray_checkpoint_crash.py"})  # Ray started by a child process
+RAY_FILES = frozenset({  # every test file that starts Ray (the collection check below enforces the fixtures' users)
+    "test_interrupt.py", "test_async_mode.py", "test_async_accuracy.py", "test_checkpoint_world_size.py",
+    "test_cluster_faults.py", "test_collective_timeout.py", "test_colocated_ray_residency.py", "test_critic_runs.py",
+    "test_data_parallel.py", "test_lora_ray.py", "test_ray_checkpoint_crash.py", "test_ray_loopback.py",
+    "test_ray_run.py", "test_remote_call_peer_lost.py", "test_remote_user_errors.py",
+})
 
 
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        uses_ray = RAY_FIXTURES.intersection(getattr(item, "fixturenames", ())) or item.path.name in RAY_FILES
-        item.add_marker(pytest.mark.xdist_group("ray" if uses_ray else item.nodeid.split("::")[0]))
+    unlisted = sorted({i.path.name for i in items if RAY_FIXTURES.intersection(i.fixturenames)} - RAY_FILES)
+    if unlisted:
+        raise pytest.UsageError(f"{unlisted} start Ray (ray_session/no_ray): add them to RAY_FILES in tests/conftest.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with every Ray file in one unit (the scheduler sees test ids only)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class RayFilesTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "ray" if Path(path).name in RAY_FILES else path
+
+    return RayFilesTogether(config, log)
