@@ -32,7 +32,6 @@ def addition_data(tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
-
 # `make test` runs the default tier on two pytest-xdist workers, a file at a time
 # (``--dist loadfile``): the tier spends much of its time waiting on child processes (ranks,
 # servers, Ray) rather than computing. The files whose tests start Ray form one unit, so one
@@ -48,7 +47,7 @@ RAY_FILES = frozenset({  # every test file that starts Ray (the collection check
 
 
 def pytest_collection_modifyitems(config, items):
-    unlisted = sorted({i.path.name for i in items if RAY_FIXTURES.intersection(i.fixturenames)} - RAY_FILES)
+    unlisted = sorted({i.path.name for i in items if RAY_FIXTURES.intersection(getattr(i, "fixturenames", ()))} - RAY_FILES)
     if unlisted:
         raise pytest.UsageError(f"{unlisted} start Ray (ray_session/no_ray): add them to RAY_FILES in tests/conftest.py")
 

@@ -33,7 +33,7 @@ def check_device(cfg: HeronConfig) -> str:
 
 def bf16_requests(cfg: HeronConfig) -> list[str]:
     """The settings of ``cfg`` that compute in bfloat16 on the run's device."""
-    engine_dtype = cfg.engine.embedded.dtype or cfg.model.dtype if cfg.engine.kind == "embedded" else None
+    engine_dtype = (cfg.engine.embedded.dtype or cfg.model.dtype) if cfg.engine.kind == "embedded" else None
     return component_bf16_requests(cfg.model.dtype, cfg.train.precision, engine_dtype)
 
 
