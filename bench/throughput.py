@@ -1,7 +1,7 @@
 """Where one heron rollout step spends its time, stage by stage, for one model size (issue 14.1).
 
 The same work as bench/vs_trl.py (8 prompts x 4 samples x <= 32 new tokens, one optimizer step
-per rollout, exact-match reward) in this process, with a checkpoint after every rollout so its
+per rollout, its reward: bench/length_reward.py) in this process, with a checkpoint after every rollout so its
 cost shows. Each stage of the loop (heron.loop) is timed around its call: generate, reward,
 old-logprobs (the trainer's separate pi_old forward, 0 when heron.trainer.old_logprobs skips it),
 train step (the train call without that forward), push (weights into the engine), checkpoint
@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.vs_trl import LR, MODELS, NEW_TOKENS, PROMPTS, SAMPLES  # noqa: E402
+from bench.vs_trl import LR, MODELS, NEW_TOKENS, PROMPTS, REWARD, SAMPLES  # noqa: E402
 from heron.config.root import load_config  # noqa: E402
 from heron.rl_run import RLRun  # noqa: E402
 from heron.toy.addition import make_prompts  # noqa: E402
@@ -81,7 +81,7 @@ def main() -> None:
             f"model.path={model_dir}", f"data.path={data}", f"run.dir={Path(tmp) / 'run'}",
             f"rollout.num_rollouts={args.steps}", f"rollout.batch_size={PROMPTS}", f"rollout.samples_per_prompt={SAMPLES}",
             f"rollout.max_new_tokens={NEW_TOKENS}", "train.steps_per_rollout=1", f"train.micro_batch_size={PROMPTS * SAMPLES}",
-            f"train.lr={LR}", "eval.interval=0", "checkpoint.interval=1", *args.overrides,
+            f"train.lr={LR}", "eval.interval=0", "checkpoint.interval=1", f"reward.fn={REWARD}", *args.overrides,
         ])
         with RLRun(cfg) as run:
             num_params = sum(p.numel() for p in run.c.engine.model.parameters()) if hasattr(run.c.engine, "model") else 0

@@ -1,7 +1,8 @@
 """The TRL side of bench/vs_trl.py, run by ``.venv-trl/bin/python`` (it imports no heron).
 
 TRL's GRPOTrainer on a local model folder and a JSONL of {"prompt", "label"} rows, with the
-exact-match reward heron's ``reward.fn=exact_match`` computes; one optimizer step per rollout.
+reward heron computes in bench/vs_trl.py (bench/length_reward.py, next to this file); one
+optimizer step per rollout.
 Writes {"step_s": [...]} (wall seconds of each optimizer step, generation included) to argv[3].
 
     .venv-trl/bin/python bench/trl_grpo_peer.py MODEL_DIR DATA.jsonl OUT.json NUM_STEPS PROMPTS SAMPLES NEW_TOKENS LR PRECISION
@@ -11,9 +12,7 @@ import json
 import sys
 import time
 
-
-def exact_match(completions, label, **_):
-    return [1.0 if c.strip() == ref.strip() else 0.0 for c, ref in zip(completions, label)]
+from length_reward import completion_lengths  # bench/, this script's folder: on sys.path
 
 
 def main() -> None:
@@ -39,7 +38,7 @@ def main() -> None:
         use_cpu=True, bf16=precision == "bf16", report_to="none", save_strategy="no", logging_steps=1,
         dataloader_num_workers=0, seed=0,
     )
-    trainer = GRPOTrainer(model=model_dir, reward_funcs=exact_match, args=cfg,
+    trainer = GRPOTrainer(model=model_dir, reward_funcs=completion_lengths, args=cfg,
                           train_dataset=load_dataset("json", data_files=data, split="train"))
     trainer.add_callback(StepTimes())
     trainer.train()

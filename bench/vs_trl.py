@@ -1,7 +1,9 @@
 """heron against TRL's GRPOTrainer on the same work, side by side in one run (issue 14.1).
 
 Both sides train the same local model folder (Qwen3 architecture, random weights, the toy
-tokenizer) on the same prompts (2-digit addition, plain text) with the same exact-match reward:
+tokenizer) on the same prompts (2-digit addition, plain text) with the same reward
+(bench/length_reward.py: the completion's length; exact match on random weights gives every
+sample 0, and heron would leave those zero-advantage rows out of its step while TRL trains them):
 ``PROMPTS`` prompts x ``SAMPLES`` samples x at most ``NEW_TOKENS`` new tokens per rollout, one
 optimizer step per rollout, ``NUM_STEPS`` steps, temperature 1, no KL term, fp32 (``--precision
 bf16``: bf16 mixed precision for both trainers, heron's ``train.precision=bf16`` and TRL's
@@ -42,6 +44,7 @@ from heron.toy.model import ToyModelSpec, create_toy_model  # noqa: E402
 
 PROMPTS, SAMPLES, NEW_TOKENS, NUM_STEPS, LR = 8, 4, 32, 8, 1e-6
 TRL_VENV = REPO / ".venv-trl"
+REWARD = f"{REPO / 'bench' / 'length_reward.py'}:completion_length"  # TRL: completion_lengths, the same values
 MODELS = {
     "toy": ToyModelSpec(),
     "3M": ToyModelSpec(hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=768),
@@ -82,7 +85,7 @@ def heron_steps(model_dir: Path, data: Path, run_dir: Path, precision: str) -> l
         f"model.path={model_dir}", f"data.path={data}", f"run.dir={run_dir}", f"rollout.num_rollouts={NUM_STEPS}",
         f"rollout.batch_size={PROMPTS}", f"rollout.samples_per_prompt={SAMPLES}", f"rollout.max_new_tokens={NEW_TOKENS}",
         "train.steps_per_rollout=1", f"train.micro_batch_size={PROMPTS * SAMPLES}", f"train.lr={LR}",
-        "eval.interval=0", "checkpoint.enabled=false", f"train.precision={precision}",
+        "eval.interval=0", "checkpoint.enabled=false", f"train.precision={precision}", f"reward.fn={REWARD}",
         *(["engine.embedded.dtype=bfloat16", "run.allow_emulated_bf16=true"] if precision == "bf16" else []),
     ]
     _run([str(REPO / ".venv" / "bin" / "heron"), "train", *overrides])

@@ -60,6 +60,15 @@ class TrainConfig:
         "step (else the engine's sampling logprobs).",
         True,
     )
+    skip_zero_advantage: bool = doc(
+        "Leave rows whose advantage is 0 on every answer token (a GRPO group whose rewards are all equal) out "
+        "of the forward and backward: every built-in policy loss gives them exactly 0 loss and gradient, and the "
+        "loss normaliser still counts them, so the step is the same up to float summation order. Not applied "
+        "with a KL or entropy term in the loss or a hooks.policy_loss. Diagnostics (entropy, clip fraction) are "
+        "then means over the trained rows; train/zero_advantage_skipped is the share left out "
+        "(heron.trainer.zero_advantage).",
+        True,
+    )
     old_logprobs_forward: Literal["auto", "always"] = doc(
         "With recompute_old_logprobs: auto runs the separate no-grad forward for pi_old only where needed "
         "(steps_per_rollout > 1, algo.off_policy correction) and otherwise takes pi_old from the "

@@ -28,6 +28,9 @@ class Objective(Protocol):
     # engine_mismatch compares the trainer's old logprobs of the whole batch with the engine's
     # before the first loss, so they need their own forward (heron.trainer.old_logprobs)
     compares_with_engine: bool
+    # a row whose advantages are all 0 adds exactly 0 to the loss and its gradient, so the trainer
+    # may leave it out of the forward (heron.trainer.zero_advantage)
+    zero_advantage_idle: bool
 
     def denominators(self, loss_mask: torch.Tensor) -> tuple[float, float]:
         """(loss, metric) sums of one mini-batch share, before the all-reduce (heron.algo.loss_agg)."""
@@ -57,6 +60,8 @@ class PolicyObjective:
         self.policy_loss = policy_loss or policy_loss_from_config(cfg)  # policy_loss: the hooks.policy_loss hook
         self.needs_reference = cfg.kl_coef > 0 and not cfg.kl_in_reward
         self.compares_with_engine = cfg.off_policy.mode != "none"
+        # every built-in policy loss is linear in A; a KL or entropy term in the loss, or a hook, may not be
+        self.zero_advantage_idle = policy_loss is None and not self.needs_reference and cfg.entropy_coef == 0
         self.max_response_tokens = max_response_tokens  # L of seq-mean-token-sum-norm (rollout.max_new_tokens)
 
     def denominators(self, loss_mask):
@@ -107,6 +112,7 @@ class SFTObjective:
 
     needs_reference = False
     compares_with_engine = False
+    zero_advantage_idle = False  # every answer token has a gradient
 
     def denominators(self, loss_mask):
         return loss_agg.denominators(loss_mask, "token-mean")

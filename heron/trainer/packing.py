@@ -41,6 +41,18 @@ class MicroBatch:
         return per_position[self.rows, : self.length - 1]
 
 
+def trained_rows(parts: list[MicroBatch]) -> list[int]:
+    """The mini-batch rows the micro-batches hold, in order."""
+    rows: list[int] = []
+    for part in parts:
+        if isinstance(part.rows, slice):
+            start = part.rows.start or 0
+            rows.extend(range(start, start + len(part.batch)))
+        else:
+            rows.extend(part.rows.tolist())
+    return sorted(rows)
+
+
 def stitch(parts: list[MicroBatch], like: torch.Tensor, fn: Callable[[TrainBatch], torch.Tensor]) -> torch.Tensor:
     """The mini-batch tensor [B, L-1] (zeros like ``like``) with ``fn(part.batch)`` [b, length-1]
     of every micro-batch in its rows: the inverse of ``MicroBatch.take``."""
@@ -51,25 +63,45 @@ def stitch(parts: list[MicroBatch], like: torch.Tensor, fn: Callable[[TrainBatch
 
 
 def micro_batches(
-    mini: TrainBatch, micro_batch_size: int, max_tokens: int, count: Callable[[int], int] = lambda n: n
+    mini: TrainBatch, micro_batch_size: int, max_tokens: int, count: Callable[[int], int] = lambda n: n,
+    rows: list[int] | None = None,
 ) -> list[MicroBatch]:
     """The micro-batches of ``mini`` (see the module docstring); ``count(n)``: how many every
-    data-parallel rank runs, given this rank's ``n`` (only asked when packing)."""
+    data-parallel rank runs, given this rank's ``n`` (asked when packing or when ``rows`` is
+    given). ``rows``: only these rows of ``mini`` (in order; None: all of them), e.g. those with
+    a gradient (heron.trainer.zero_advantage); when every rank must run more micro-batches than
+    this rank has rows, left-out rows are added back."""
     full = mini.input_ids.shape[1]
-    if max_tokens <= 0:
+    if max_tokens <= 0 and rows is None:
         return [
             MicroBatch(slice(s, s + micro_batch_size), full, mini.select(slice(s, s + micro_batch_size)))
             for s in range(0, len(mini), micro_batch_size)
         ]
     lengths = mini.attention_mask.sum(dim=-1).tolist()  # [B] tokens per row (right-padded)
-    groups = pack_rows(lengths, max_tokens)
-    groups = split_to_count(groups, count(len(groups)))
+    chosen = list(range(len(mini))) if rows is None else list(rows)
+    groups = _groups(chosen, lengths, micro_batch_size, max_tokens)
+    target = count(len(groups))
+    if len(chosen) < target:  # a rank with fewer rows than forwards: rows without gradient fill in
+        taken = set(chosen)
+        left_out = [i for i in range(len(mini)) if i not in taken]
+        chosen = sorted(chosen + left_out[: target - len(chosen)])
+        groups = _groups(chosen, lengths, micro_batch_size, max_tokens)
+    groups = split_to_count(groups, target)
+    if max_tokens <= 0 and len(chosen) == len(mini) and len(groups) == -(-len(mini) // micro_batch_size):
+        return micro_batches(mini, micro_batch_size, 0)  # every row, as without ``rows``: the same slices
     out = []
     for group in groups:
-        rows = sorted(group)
-        length = min(full, max(2, max(lengths[i] for i in rows)))
-        out.append(MicroBatch(torch.tensor(rows), length, mini.take(rows, length)))
+        group_rows = sorted(group)
+        length = min(full, max(2, max(lengths[i] for i in group_rows)))
+        out.append(MicroBatch(torch.tensor(group_rows), length, mini.take(group_rows, length)))
     return out
+
+
+def _groups(rows: list[int], lengths: list[int], micro_batch_size: int, max_tokens: int) -> list[list[int]]:
+    """``rows`` in runs of ``micro_batch_size`` (max_tokens <= 0), or packed under ``max_tokens``."""
+    if max_tokens <= 0:
+        return [rows[s : s + micro_batch_size] for s in range(0, len(rows), micro_batch_size)]
+    return [[rows[k] for k in group] for group in pack_rows([lengths[i] for i in rows], max_tokens)]
 
 
 def pack_rows(lengths: list[int], max_tokens: int) -> list[list[int]]:

@@ -32,8 +32,9 @@ from heron.trainer.nonfinite import nonfinite_error, nonfinite_values
 from heron.trainer.objectives import Objective
 from heron.trainer.optimizer import build_adamw, trained_tensors
 from heron.trainer.old_logprobs import plan_old_logprobs
-from heron.trainer.packing import MicroBatch, micro_batches, stitch
+from heron.trainer.packing import MicroBatch, micro_batches, stitch, trained_rows
 from heron.trainer.precision import forward_context
+from heron.trainer.zero_advantage import rows_with_gradient
 from heron.weights.handle import InMemory, WeightHandle
 
 if TYPE_CHECKING:
@@ -160,10 +161,12 @@ class PolicyTrainer(Resident):
 
     def _optimizer_step(self, mini: TrainBatch, ref_logprobs: torch.Tensor | None, step: int) -> tuple[dict[str, float], bool]:
         """(metric sums, whether the step was applied): a non-finite loss or grad norm is never applied."""
-        normalizer = self._loss_normalizer(mini)
         sums: dict[str, float] = defaultdict(float)
+        parts, normalizer, skipped = self._parts_to_train(mini)
+        if skipped is not None:
+            sums["zero_advantage_skipped"] = skipped
         loss_sum = 0.0
-        for part in self._micro_batches(mini):
+        for part in parts:
             micro = part.batch
             logprobs, entropy = self._model_logprobs(self.model, micro, with_entropy=True)
             ref = part.take(ref_logprobs) if ref_logprobs is not None else None
@@ -194,9 +197,26 @@ class PolicyTrainer(Resident):
             chunk_size=self.cfg.logprob_chunk_size, forward_context=self._forward_context,
         )
 
-    def _micro_batches(self, mini: TrainBatch) -> list[MicroBatch]:
-        """By row count, or packed by ``train.max_tokens_per_micro_batch`` (heron.trainer.packing)."""
-        return micro_batches(mini, self.cfg.micro_batch_size, self.cfg.max_tokens_per_micro_batch, self._micro_batch_count)
+    def _micro_batches(self, mini: TrainBatch, rows: list[int] | None = None) -> list[MicroBatch]:
+        """By row count, or packed by ``train.max_tokens_per_micro_batch`` (heron.trainer.packing);
+        ``rows``: only those rows (None: all)."""
+        return micro_batches(
+            mini, self.cfg.micro_batch_size, self.cfg.max_tokens_per_micro_batch, self._micro_batch_count, rows
+        )
+
+    def _parts_to_train(self, mini: TrainBatch) -> tuple[list[MicroBatch], LossNormalizer, float | None]:
+        """(micro-batches, normaliser, share of rows left out or None) of one optimizer step.
+        ``train.skip_zero_advantage`` on an objective whose zero-advantage rows have no gradient
+        (heron.trainer.zero_advantage): only the rows with one, the loss normaliser still the
+        whole mini-batch's, the diagnostics' that of the rows trained. Data-parallel ranks then
+        agree on a micro-batch count (a collective) whatever each leaves out."""
+        normalizer = self._loss_normalizer(mini)
+        if not (self.cfg.skip_zero_advantage and self.objective.zero_advantage_idle):
+            return self._micro_batches(mini), normalizer, None
+        parts = self._micro_batches(mini, rows_with_gradient(mini.advantages, mini.loss_mask))
+        trained = mini.take(trained_rows(parts), mini.input_ids.shape[1])
+        normalizer = replace(normalizer, metric=self._loss_normalizer(trained).metric)
+        return parts, normalizer, 1.0 - len(trained) / len(mini)
 
     def _micro_batch_count(self, count: int) -> int:
         """How many packed micro-batches every rank runs (data-parallel trainers: the largest count)."""
