@@ -5,6 +5,7 @@ signal tests."""
 from __future__ import annotations
 
 import ipaddress
+import signal
 from dataclasses import dataclass
 
 import psutil
@@ -23,6 +24,14 @@ class Listener:
         ip = ipaddress.ip_address(self.address.split("%")[0])
         mapped = getattr(ip, "ipv4_mapped", None)  # "::ffff:127.0.0.1" is loopback too
         return (mapped or ip).is_loopback
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` of a child a test will Ctrl-C: SIGINT back to its default disposition. A
+    shell starts background jobs with SIGINT ignored and children inherit that (Python then
+    installs no KeyboardInterrupt handler), so a suite run from ``make test &`` would see the
+    child ignore the signal, as ``nohup`` and background jobs are meant to."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def process_tree(root_pid: int) -> list[psutil.Process]:

@@ -87,12 +87,13 @@ class PolicyTrainer(Resident):
         return to_host(self._logprobs(batch.to(self.device), reference=reference))
 
     @torch.no_grad()
-    def _logprobs(self, batch: TrainBatch, *, reference: bool = False) -> torch.Tensor:
-        """Logprobs [B, L-1] of a batch on the trainer's device, on that device."""
+    def _logprobs(self, batch: TrainBatch, *, reference: bool = False, parts: list[MicroBatch] | None = None) -> torch.Tensor:
+        """Logprobs [B, L-1] of a batch on the trainer's device, on that device; ``parts``: of
+        those micro-batches' rows only (0 elsewhere; default: every row)."""
         model = self.reference if reference else self.model
         if model is None:
             raise ValueError("no reference model: set algo.kl_coef > 0 to load one")
-        parts = self._micro_batches(batch)
+        parts = self._micro_batches(batch) if parts is None else parts
         logprobs = stitch(parts, batch.loss_mask, lambda micro: self._model_logprobs(model, micro)[0])
         return logprobs * batch.loss_mask  # [B, L-1]
 
@@ -122,13 +123,22 @@ class PolicyTrainer(Resident):
     def _recompute_old_logprobs(self, batch: TrainBatch) -> dict[str, float]:
         """Replaces the engine's logprobs by the trainer's and sets the mismatch correction; the
         metrics: mean / max |engine - trainer logprob| (``heron.trainer.logprob_mismatch``) and the
-        correction's own (``algo.off_policy``)."""
-        engine_logprobs = batch.old_logprobs
-        batch.old_logprobs = self._logprobs(batch)
+        correction's own (``algo.off_policy``). Rows without a gradient keep the engine's values and
+        stay out of the metrics when ``train.skip_zero_advantage`` applies: their pi_old is never used."""
+        engine_logprobs, mask = batch.old_logprobs, batch.loss_mask
+        rows = self._rows_with_gradient(batch)
+        if rows is None:
+            batch.old_logprobs = self._logprobs(batch)
+        else:  # rows without an advantage never use pi_old (heron.trainer.zero_advantage): their forward is skipped
+            parts = self._micro_batches(batch, rows)
+            computed = torch.zeros(len(batch), 1, dtype=mask.dtype, device=mask.device)  # [B, 1]
+            computed[trained_rows(parts)] = 1.0
+            mask = mask * computed  # [B, L-1]: the loss positions of the rows computed
+            batch.old_logprobs = torch.where(mask > 0, self._logprobs(batch, parts=parts), engine_logprobs)
         batch.mismatch_weights, metrics = self.objective.engine_mismatch(
-            batch.old_logprobs, engine_logprobs, batch.loss_mask, self._token_count(batch)
+            batch.old_logprobs, engine_logprobs, mask, self._token_count(replace(batch, loss_mask=mask))
         )
-        stats = mismatch_stats(engine_logprobs, batch.old_logprobs, batch.loss_mask)
+        stats = mismatch_stats(engine_logprobs, batch.old_logprobs, mask)
         return {**self._mismatch_metrics(stats), **metrics}
 
     def _own_old_logprobs(self, micro: TrainBatch, logprobs: torch.Tensor) -> TrainBatch:
@@ -211,12 +221,20 @@ class PolicyTrainer(Resident):
         whole mini-batch's, the diagnostics' that of the rows trained. Data-parallel ranks then
         agree on a micro-batch count (a collective) whatever each leaves out."""
         normalizer = self._loss_normalizer(mini)
-        if not (self.cfg.skip_zero_advantage and self.objective.zero_advantage_idle):
+        rows = self._rows_with_gradient(mini)
+        if rows is None:
             return self._micro_batches(mini), normalizer, None
-        parts = self._micro_batches(mini, rows_with_gradient(mini.advantages, mini.loss_mask))
+        parts = self._micro_batches(mini, rows)
         trained = mini.take(trained_rows(parts), mini.input_ids.shape[1])
         normalizer = replace(normalizer, metric=self._loss_normalizer(trained).metric)
         return parts, normalizer, 1.0 - len(trained) / len(mini)
+
+    def _rows_with_gradient(self, batch: TrainBatch) -> list[int] | None:
+        """The rows of ``batch`` with a gradient when ``train.skip_zero_advantage`` applies to the
+        objective (heron.trainer.zero_advantage), else None: train every row."""
+        if not (self.cfg.skip_zero_advantage and self.objective.zero_advantage_idle):
+            return None
+        return rows_with_gradient(batch.advantages, batch.loss_mask)
 
     def _micro_batch_count(self, count: int) -> int:
         """How many packed micro-batches every rank runs (data-parallel trainers: the largest count)."""

@@ -15,9 +15,12 @@ the loss has a term without A (algo.kl_coef > 0 with the KL in the loss, algo.en
 a hooks.policy_loss the trainer cannot inspect): those objectives say ``zero_advantage_idle =
 False`` and every row trains.
 
+The separate pi_old forward (``train.steps_per_rollout > 1``, ``algo.off_policy``) skips them too:
+a row without an advantage never reads its pi_old.
+
 What changes: the order of float sums (fewer rows per matmul), and the diagnostics (entropy, clip
-fraction, drift KL, the engine-mismatch metrics when pi_old comes from the training forward)
-become means over the trained rows. One row is kept when none has an advantage, so the optimizer
+fraction, drift KL, the engine-mismatch metrics and the algo.off_policy correction's) become means
+over the trained rows. One row is kept when none has an advantage, so the optimizer
 step still sees a (zero) gradient as before: AdamW decays its moments and applies weight decay
 exactly as it would have.
 """

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from heron.checkpoint.layout import committed
-from tests.process_helpers import process_tree, still_running
+from tests.process_helpers import default_sigint, process_tree, still_running
 from tests.toy_run import toy_run_overrides
 
 STARTUP_DEADLINE_S = 300  # hang guards only: a checkpoint normally commits within seconds
@@ -37,7 +37,7 @@ def _start(toy_model_dir, toy_data_path, run_dir: Path, backend: str) -> subproc
         "checkpoint.keep_last=2", *cluster,
     )
     return subprocess.Popen([sys.executable, "-m", "heron.cli", "train", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=default_sigint)
 
 
 def _wait_for_a_checkpoint(proc: subprocess.Popen, folder: Path) -> None:

@@ -209,6 +209,7 @@ def test_critic_runs_on_ray_colocated_with_offload(no_ray, ray_straight):
     assert (ray_straight["dir"] / "checkpoints" / "rollout-000001" / "critic" / "state.json").is_file()
 
 
+@pytest.mark.slow  # 80 s; the default tier resumes a critic exactly in one process, and on Ray across world sizes (below)
 def test_critic_run_on_ray_resumes_exactly(no_ray, toy_model_dir, toy_data_path, tmp_path, ray_straight):
     """Stopped after rollout 0 and resumed on a new Ray session: rollouts 1-2 (the critic's values,
     value loss and both updates) equal the straight Ray run's, so the critic actor's weights and

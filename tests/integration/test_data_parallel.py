@@ -40,7 +40,11 @@ def _config(toy_model_dir, toy_data_path, tmp_path, *extra):
         f"model.path={toy_model_dir}", f"data.path={toy_data_path}", "eval.path=", f"run.dir={tmp_path}",
         f"rollout.num_rollouts={NUM_ROLLOUTS}", "rollout.batch_size=4", "rollout.samples_per_prompt=2",
         "rollout.max_new_tokens=8", "train.steps_per_rollout=2", "train.micro_batch_size=1", "train.lr=0.1", "train.eps=1",
-        "tracking.progress=false", "checkpoint.enabled=false", "tracking.summary=false", *extra,
+        "tracking.progress=false", "checkpoint.enabled=false", "tracking.summary=false",
+        # every row trains: with zero-advantage rows left out, the diagnostics (entropy, clip fraction) are means
+        # over the rows each rank runs, and a rank may take rows back in to match the other's micro-batch count;
+        # the update with skipping on ranks is tests/integration/test_zero_advantage_ranks.py's
+        "train.skip_zero_advantage=false", *extra,
     ])
 
 

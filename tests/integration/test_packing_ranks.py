@@ -57,9 +57,10 @@ def test_packed_ranks_run_as_many_micro_batches_and_give_the_row_count_update(ra
     assert_same_rank_updates(ranks, toy_model_dir, "packed", "rows", ("loss", "pg_loss", "entropy"), WORLD * ROWS * LENGTH)
 
 
-def assert_same_rank_updates(ranks, model_dir, actual: str, expected: str, keys, tokens: int) -> None:
+def assert_same_rank_updates(ranks, model_dir, actual: str, expected: str, keys, tokens: int, steps: int = 1) -> None:
     """Scenario ``actual`` gives scenario ``expected``'s metrics ``keys`` and grad norm on every rank,
-    and its update, within the derived round-off bound of another summation order."""
+    and its update after ``steps`` optimizer steps, within the derived round-off bound of another
+    summation order."""
     from transformers import AutoConfig
 
     from heron.models import load_model
@@ -75,4 +76,4 @@ def assert_same_rank_updates(ranks, model_dir, actual: str, expected: str, keys,
         assert_sums_close(got["grad_norm"], want["grad_norm"], n=n, magnitude=want["grad_norm"], what="grad_norm")
     initial = load_model(str(model_dir), "float32").state_dict()
     got_w, want_w = (torch.load(tmp / f"{name}.pt", weights_only=True) for name in (actual, expected))
-    assert_updates_close(got_w, want_w, {k: initial[k] for k in want_w}, n=n, steps=1)
+    assert_updates_close(got_w, want_w, {k: initial[k] for k in want_w}, n=n, steps=steps)

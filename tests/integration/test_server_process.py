@@ -20,6 +20,7 @@ import pytest
 from heron.rollout.server.errors import ServerDiedError, ServerStartError
 from heron.rollout.server.http import ServerClient
 from heron.rollout.server.process import ServerProcess, free_port
+from tests.process_helpers import default_sigint
 
 HERE = Path(__file__).resolve().parent
 FAKE = HERE / "_fake_server.py"
@@ -105,7 +106,7 @@ def test_no_server_outlives_its_owner(tmp_path, how):
     log = tmp_path / "engine.log"
     mode = "watchdog" if how.startswith("SIGKILL") else "plain"
     owner = subprocess.Popen([sys.executable, str(HERE / "_server_owner.py"), str(log), mode],
-                             stdout=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     try:
         server_pid = int(owner.stdout.readline())
         pids = _group_pids(log)

@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM
 from heron.algo.catalog import LOSS_AGGREGATIONS
 from heron.algo.policy_loss import ppo_clip_loss
 from heron.config.algo import AlgoConfig
+from heron.config.off_policy import OffPolicyConfig
 from heron.config.train import TrainConfig
 from heron.trainer.objectives import PolicyObjective, SFTObjective
 from heron.trainer.packing import micro_batches, trained_rows
@@ -138,3 +139,26 @@ def test_objectives_say_whether_zero_advantage_rows_have_a_gradient():
     assert not PolicyObjective(AlgoConfig(kl_coef=0.1)).zero_advantage_idle  # KL in the loss
     assert PolicyObjective(AlgoConfig(kl_coef=0.1, kl_in_reward=True, kl_estimator="k1")).zero_advantage_idle
     assert not SFTObjective().zero_advantage_idle
+
+
+@pytest.mark.portability
+@pytest.mark.parametrize("steps, off_policy", [(2, "none"), (1, "tis"), (1, "mis")])
+def test_the_pi_old_forward_skips_them_too(toy_model_dir, steps, off_policy):
+    """The separate no-grad pi_old forward (two steps per rollout, or a mismatch correction) runs
+    on the rows with an advantage only (8 of 16), each step on its mini-batch's; the update and
+    the engine-mismatch metrics (over the rows computed) equal the every-row run's within round-off."""
+    batch = _half_equal_groups(toy_model_dir)
+    algo = AlgoConfig(off_policy=OffPolicyConfig(mode=off_policy))
+    every = _trainer(toy_model_dir, algo, skip_zero_advantage=False, steps_per_rollout=steps)
+    skipping = _trainer(toy_model_dir, algo, steps_per_rollout=steps)
+    initial = {k: v.clone() for k, v in every.model.state_dict().items()}
+    (m_every, rows_every), (m_skip, rows_skip) = _rows_forwarded(every, batch), _rows_forwarded(skipping, batch)
+    assert (rows_every, rows_skip) == (16 + 16, 8 + 8)
+    assert m_skip["old_logprobs_recomputed"] == m_every["old_logprobs_recomputed"] == 1.0
+    n = reduction_length(every.model.config, tokens=batch.input_ids.numel())
+    assert_updates_close(skipping.model.state_dict(), every.model.state_dict(), initial, n=n, steps=steps)
+    live = batch.take([0, 1, 2, 3, 8, 9, 10, 11], batch.input_ids.shape[1])
+    m_live = _trainer(toy_model_dir, algo, skip_zero_advantage=False, steps_per_rollout=steps).train(live)
+    mismatch = {"none": [], "tis": ["mismatch/truncated_fraction"], "mis": ["mismatch/masked_fraction"]}[off_policy]
+    for key in ("engine_logprob_abs_diff_mean", "engine_logprob_abs_diff_max", *mismatch):
+        assert_sums_close(m_skip[key], m_live[key], n=n, magnitude=math.log(every.model.config.vocab_size), what=key)
