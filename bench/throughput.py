@@ -1,8 +1,8 @@
 """Where one heron rollout step spends its time, stage by stage, for one model size (issue 14.1).
 
 The same work as bench/vs_trl.py (8 prompts x 4 samples x <= 32 new tokens, one optimizer step
-per rollout, its reward: bench/length_reward.py) in this process, with a checkpoint after every rollout so its
-cost shows. Each stage of the loop (heron.loop) is timed around its call: generate, reward,
+per rollout, its reward: bench/length_reward.py) in this process, with a checkpoint after every
+rollout so its cost shows. Each stage of the loop (heron.loop) is timed around its call: generate, reward,
 old-logprobs (the trainer's separate pi_old forward, 0 when heron.trainer.old_logprobs skips it),
 train step (the train call without that forward), push (weights into the engine), checkpoint
 (the save call; with async saves, the part that blocks the loop). Medians over steps 2..N; the

@@ -5,7 +5,7 @@ one SFT warm start, then the same seeded RL run twice, ``train.skip_zero_advanta
 ``false``, one after the other in this process. As the policy learns, more groups are all right
 (and early on, all wrong): their rows have advantage 0 and no gradient
 (heron.trainer.zero_advantage). Printed per run: the train stage's total seconds
-(``time/train_s``, which includes the pi_old forward over every row), the share of rows left out
+(``time/train_s``, the pi_old forward of the two steps included), the share of rows left out
 (``train/zero_advantage_skipped``, mean over rollouts), the mean reward of the last 10 rollouts
 and the last eval accuracy -- the skip changes only float summation order, so both runs learn
 alike (not bit for bit: the order differences grow over 60 rollouts). Last line:
@@ -26,13 +26,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from heron.config.root import load_config  # noqa: E402
 from heron.loop import train  # noqa: E402
-from heron.sft import run_sft  # noqa: E402
-from heron.toy.demo_assets import create_demo_assets  # noqa: E402
+from heron.toy.demo_assets import warm_start  # noqa: E402
 
 DEMO = Path(__file__).resolve().parents[1] / "heron" / "toy" / "demo.yaml"
 
 
 def rl_run(base: list[str], run_dir: Path, skip: bool, rollouts: int) -> dict[str, float]:
+    """One RL run from the warm start's overrides ``base``, in its own ``run_dir``."""
     cfg = load_config(str(DEMO), [*base, f"run.dir={run_dir}", f"train.skip_zero_advantage={str(skip).lower()}",
                                   f"rollout.num_rollouts={rollouts}"])
     records = train(cfg)
@@ -51,10 +51,7 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, default=60)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        assets = create_demo_assets(Path(tmp) / "assets")
-        base = [f"data.path={assets['train']}", f"eval.path={assets['test']}", f"sft.path={assets['sft']}"]
-        sft_model = run_sft(load_config(str(DEMO), [*base, f"run.dir={Path(tmp) / 'sft'}", f"model.path={assets['model']}"]))
-        base.append(f"model.path={sft_model}")
+        base = warm_start(Path(tmp) / "warm_start", str(DEMO), [])
         runs = {name: rl_run(base, Path(tmp) / name, name == "skip", args.rollouts) for name in ("skip", "every_row")}
     for name, r in runs.items():
         print(f"zero_advantage [{name}]: train stage {r['train_s']:.1f} s over {args.rollouts} rollouts, rows left out "

@@ -23,20 +23,26 @@ def create_demo_assets(out: Path, seed: int = 0, max_digits: int = MAX_DIGITS, n
     return paths
 
 
-def run_demo(run_dir: Path, config_path: str, overrides: list[str]) -> list[dict]:
+def warm_start(run_dir: Path, config_path: str, overrides: list[str]) -> list[str]:
+    """The demo's assets under ``run_dir`` and its SFT warm start -> the RL run's overrides
+    (``run_dir``, the data, the warm-started model, then ``overrides``)."""
     from heron.config.root import load_config
-    from heron.loop import train
     from heron.sft import run_sft
 
-    start = time.perf_counter()
     assets = create_demo_assets(run_dir)
     base = [
         f"run.dir={run_dir}", f"data.path={assets['train']}", f"eval.path={assets['test']}", f"sft.path={assets['sft']}"
     ]
-    sft_cfg = load_config(config_path, [*base, f"model.path={assets['model']}", *overrides])
-    sft_model = run_sft(sft_cfg)
-    rl_cfg = load_config(config_path, [*base, f"model.path={sft_model}", *overrides])
-    records = train(rl_cfg)
+    sft_model = run_sft(load_config(config_path, [*base, f"model.path={assets['model']}", *overrides]))
+    return [*base, f"model.path={sft_model}", *overrides]
+
+
+def run_demo(run_dir: Path, config_path: str, overrides: list[str]) -> list[dict]:
+    from heron.config.root import load_config
+    from heron.loop import train
+
+    start = time.perf_counter()
+    records = train(load_config(config_path, warm_start(run_dir, config_path, overrides)))
     print(f"demo: done in {time.perf_counter() - start:.0f}s; metrics in {run_dir}/metrics.jsonl, "
           f"curve in {run_dir}/reward_curve.png")
     return records
