@@ -40,6 +40,13 @@ class TrainConfig:
         "model.dtype=float32; model.dtype=bfloat16 is pure bf16 instead).",
         "fp32",
     )
+    attention_backend: Literal["auto", "torch"] = doc(
+        "Attention kernel of the training forward. auto: the math kernel (matmul, softmax, matmul) for a "
+        "differentiated forward on a CPU in bfloat16 over <= 128 positions, where torch's flash-attention backward "
+        "is several times slower; torch's own choice everywhere else. torch: always torch's choice. The same "
+        "values up to summation order (heron.trainer.attention_kernel).",
+        "auto",
+    )
     gradient_checkpointing: bool = doc(
         "Activation checkpointing of the policy's decoder layers: each keeps only its input in the forward and "
         "recomputes the rest in the backward (transformers, non-reentrant). Less activation memory for about one "

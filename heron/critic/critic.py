@@ -130,7 +130,7 @@ class Critic(Resident):
 
     def _values(self, micro: TrainBatch) -> torch.Tensor:
         """V [b, l-1] float32 of a micro-batch, the backbone under ``train.precision``."""
-        with self._forward_context():
+        with self._forward_context(micro.input_ids.shape[1]):
             return self.model(micro.input_ids, micro.attention_mask)
 
     def _micro_batches(self, batch: TrainBatch) -> list[MicroBatch]:

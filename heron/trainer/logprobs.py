@@ -15,12 +15,10 @@ recomputes one chunk at a time.
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
-from typing import Callable
-
 import torch
 
 from heron.trainer.lm_head_chunks import head_in_chunks, position_logprobs
+from heron.trainer.precision import ForwardContext, plain_forward
 
 
 def forward_logprobs(
@@ -30,18 +28,18 @@ def forward_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     chunk_size: int = 0,
-    forward_context: Callable[[], AbstractContextManager] = nullcontext,
+    forward_context: ForwardContext = plain_forward,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Returns (logprobs [B, L-1], entropy [B, L-1] or None), both float32. ``forward_context``
-    wraps the model's forward only (mixed precision, heron.trainer.precision): the
+    wraps the model's forward only (mixed precision and the attention kernel, heron.trainer.precision): the
     log-softmax and everything after it run in float32. ``chunk_size`` > 0: the output head
     runs that many positions at a time (heron.trainer.lm_head_chunks)."""
     targets = input_ids[:, 1:]  # [B, L-1]
     if 0 < chunk_size < targets.shape[1]:
-        with forward_context(), head_in_chunks(model, targets, temperature, with_entropy, chunk_size) as head:
+        with forward_context(input_ids.shape[1]), head_in_chunks(model, targets, temperature, with_entropy, chunk_size) as head:
             out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits  # [B, L, k]
         return head.results(out)
-    with forward_context():
+    with forward_context(input_ids.shape[1]):
         logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits  # [B, L, V]
     return token_logprobs(logits, targets, temperature, with_entropy)
 

@@ -72,7 +72,7 @@ class PolicyTrainer(Resident):
         self.version = 0  # policy version: number of train() calls applied to the weights
         self.old_logprob_plan = plan_old_logprobs(cfg, objective)  # where pi_old comes from (heron.trainer.old_logprobs)
         log.info("old logprobs: %s (%s)", self.old_logprob_plan.source, self.old_logprob_plan.reason)
-        self._forward_context = forward_context(cfg.precision, model)  # train.precision (heron.trainer.precision)
+        self._forward_context = forward_context(cfg.precision, model, cfg.attention_backend)  # heron.trainer.precision
         self._shards: ModuleShards | None = None  # checkpoint writer of this process, made at the first save
         self._publish_weights()
 
