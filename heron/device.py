@@ -221,3 +221,13 @@ def peak_allocated(device: torch.device | str) -> int | None:
     """Most bytes the CUDA caching allocator had allocated since ``reset_peak``; None on CPU."""
     device = torch.device(device)
     return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+
+
+def fused_optimizer_supported(params: list[torch.Tensor]) -> bool:
+    """Whether torch's fused AdamW (``fused=True``) takes these parameters: non-empty, plain
+    floating-point tensors (not FSDP2's DTensor shards), on a CPU or a CUDA device."""
+    from torch.distributed.tensor import DTensor
+
+    return bool(params) and all(
+        not isinstance(p.data, DTensor) and p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params
+    )

@@ -7,8 +7,8 @@ composite matmul -> softmax -> matmul), 32 against 16 ms at T=64, 34 against 18 
 18 against 21 at T=192; in float32 the two are within ~30 % either way and the forward alone
 is faster with flash everywhere (bench/attention_kernel.py). RL rollouts are often short, so
 under ``auto`` a forward that will be differentiated (autograd on), on a CPU, in bfloat16
-(autocast or bfloat16 weights), over at most ``MATH_MAX_LENGTH`` positions runs the math
-kernel; every other forward keeps torch's own choice (flash on CPU; flash / cuDNN /
+(autocast or bfloat16 weights), over at most ``MATH_MAX_LENGTH`` positions, without activation
+checkpointing (its recompute would run outside the choice) runs the math kernel; every other forward keeps torch's own choice (flash on CPU; flash / cuDNN /
 memory-efficient on GPUs), and ``torch`` always does.
 
 Same values up to summation order: both kernels compute softmax(q k^T / sqrt(d) + mask) v,
@@ -32,13 +32,19 @@ def uses_math_kernel(backend: str, model: torch.nn.Module, length: int) -> bool:
     """Whether a forward of ``model`` over ``length`` positions, entered now, gets the math kernel."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown train.attention_backend {backend!r}; use one of {BACKENDS}")
-    if backend == "torch" or length > MATH_MAX_LENGTH or not torch.is_grad_enabled():
+    if backend == "torch" or length > MATH_MAX_LENGTH or not torch.is_grad_enabled() or _checkpointed(model):
         return False
     param = next(model.parameters())
     if param.device.type != "cpu":
         return False
     autocast_bf16 = torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
     return autocast_bf16 or param.dtype == torch.bfloat16
+
+
+def _checkpointed(model: torch.nn.Module) -> bool:
+    """Activation checkpointing on (transformers marks its modules): the backward's recompute runs
+    outside this context, so it would pick the other kernel and fail checkpointing's metadata check."""
+    return any(getattr(module, "gradient_checkpointing", False) is True for module in model.modules())
 
 
 def attention_context(backend: str, model: torch.nn.Module, length: int) -> AbstractContextManager:

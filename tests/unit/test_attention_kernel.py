@@ -28,6 +28,9 @@ def test_the_rule_picks_math_only_for_short_differentiated_bf16_cpu_forwards():
             assert not uses_math_kernel("auto", model, 8)
     assert not uses_math_kernel("auto", model, 8)  # float32: torch's choice
     assert uses_math_kernel("auto", model.to(torch.bfloat16), 8)  # pure bf16 weights
+    model.gradient_checkpointing = True  # as transformers marks checkpointed modules
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not uses_math_kernel("auto", model, 8)  # the recompute would run outside the choice
     with pytest.raises(ValueError, match="unknown train.attention_backend 'fast'; use one of"):
         uses_math_kernel("fast", model, 8)
 
