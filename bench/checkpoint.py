@@ -1,7 +1,7 @@
 """Checkpoint save throughput and how long an async save blocks the loop.
 
 State: a ~25 M-parameter model (6 x Linear(2048, 2048)) with AdamW state, ~300 MB in all.
-1. ``save_vs_raw_write``: a sync heron save (DCP files fsync'd, manifest with crc32 of every
+1. ``save_vs_raw_write``: a sync heron save (DCP files fsync'd, manifest with a checksum of every
    file, atomic commit) against a raw sequential write of the same tensor bytes into one file
    with one fsync, on the same disk, interleaved, median of the repeats. Ratio of throughputs
    (raw time / save time): 1.0 means the save costs no more than writing the bytes.

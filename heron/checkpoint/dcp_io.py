@@ -17,7 +17,6 @@ Hazards:
 from __future__ import annotations
 
 import copy
-import hashlib
 import io
 import warnings
 from contextlib import contextmanager
@@ -39,6 +38,7 @@ from torch.distributed.checkpoint.filesystem import FileSystem
 from torch.distributed.tensor import DTensor
 
 from heron.checkpoint import safe_load
+from heron.checkpoint.manifest import new_digest
 from heron.checkpoint.errors import find_cause
 from heron.device import HOST, pins_host_memory
 from heron.parallel.data_parallel import group_timeout
@@ -116,7 +116,7 @@ def stage(state: Any, buffers: dict | None = None) -> Any:
 @contextmanager
 def _without_torch_record_crc():
     """torch.save computes a crc32 per zip record (~40% of DCP's save time here); heron's
-    manifest already checksums every file (sha256), so torch's is skipped while DCP writes.
+    manifest already checksums every file, so torch's is skipped while DCP writes.
     The flag is process-global: a torch.save in another thread meanwhile also skips it."""
     previous = torch.serialization.get_crc32_options()
     torch.serialization.set_crc32_options(False)
@@ -127,14 +127,15 @@ def _without_torch_record_crc():
 
 
 class _HashingWriter(io.IOBase):
-    """A write-only file wrapper that keeps the sha256 of every byte written through it."""
+    """A write-only file wrapper that keeps the checksum (the manifest's) of every byte written
+    through it."""
 
     def __init__(self, raw):
         self._raw = raw
-        self.sha256 = hashlib.sha256()
+        self.digest = new_digest()
 
     def write(self, data) -> int:
-        self.sha256.update(data)  # releases the GIL on large buffers
+        self.digest.update(data)  # releases the GIL on large buffers
         return self._raw.write(data)
 
     def tell(self) -> int:
@@ -152,8 +153,8 @@ class _HashingWriter(io.IOBase):
 
 
 class _ChecksummingFileSystem(FileSystem):
-    """DCP's local file system, plus the sha256 of every file it writes, computed on the way
-    out: the manifest needs no second pass over the bytes (~0.2 s per 300 MB here).
+    """DCP's local file system, plus the checksum of every file it writes, computed on the way
+    out: the manifest needs no second pass over the bytes.
 
     It also keeps write errors. DCP writes with ``WRITE_THREADS`` threads, and an exception in
     any but the caller's thread escapes DCP (Python prints its traceback to stderr and DCP goes
@@ -179,7 +180,7 @@ class _ChecksummingFileSystem(FileSystem):
         except Exception as e:  # noqa: BLE001 -- kept and raised by save(), see the class doc
             self.errors.append((str(path), find_cause(e, OSError) or e))
             return
-        self.checksums[str(Path(path))] = stream.sha256.hexdigest()
+        self.checksums[str(Path(path))] = stream.digest.hexdigest()
 
     def rename(self, path, new_path) -> None:
         if self.errors:
@@ -199,7 +200,7 @@ class _ChecksummingFileSystem(FileSystem):
 
 def save(state: dict[str, Any], folder: Path, process_group: dist.ProcessGroup | None = None) -> dict[str, str]:
     """Writes ``state`` as DCP files into ``folder/dcp`` with every file fsync'd, with
-    ``WRITE_THREADS`` files written in parallel (per rank). Returns {path: sha256} of the files.
+    ``WRITE_THREADS`` files written in parallel (per rank). Returns {path: checksum} of the files.
     A failed write raises its own error (an ``OSError`` naming the file), not DCP's wrapper."""
     writer = dcp.FileSystemWriter(str(Path(folder) / DCP_FOLDER), sync_files=True, thread_count=WRITE_THREADS)
     fs = writer.fs = _ChecksummingFileSystem()

@@ -6,7 +6,7 @@
             state.json              run state (rollout id, sampler, RNGs, scheduler, fingerprints)
             hf_meta/                model config, generation config, tokenizer (for HF export)
             hf/                     optional HF folder (checkpoint.hf_export)
-            manifest.json           written last: every file with its size and sha256
+            manifest.json           written last: every file with its size and checksum
         latest                      text file naming the newest committed checkpoint
         rollout-000013.tmp-<pid>    a save in progress (never loaded; removed by the next writer)
 

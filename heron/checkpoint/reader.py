@@ -1,5 +1,5 @@
 """Finding and opening checkpoints. A checkpoint is used only after it verified: every file of
-its manifest present with its size and sha256, and its DCP metadata readable with the restricted
+its manifest present with its size and checksum, and its DCP metadata readable with the restricted
 unpickler (``safe_load``). The newest one that verifies wins, and every newer one that does not
 is named in a warning with the reason."""
 

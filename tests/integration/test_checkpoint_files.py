@@ -4,11 +4,14 @@ bit-exact load."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import zlib
 
 import pytest
 import torch
+import xxhash
 
 from heron.checkpoint import dcp_io
 from heron.checkpoint.errors import AsyncSaveError, CheckpointError
@@ -71,6 +74,51 @@ def test_damaged_newest_is_skipped_with_a_warning_naming_it(tmp_path, caplog, da
     assert any("rollout-000001" in r.message and reason in r.message for r in caplog.records)
     with pytest.raises(CheckpointError, match=reason) as info:
         open_checkpoint(newest)
+    assert "\n" not in str(info.value)
+
+
+def test_manifest_checksums_are_those_of_the_written_bytes(tmp_path):
+    """The checksums computed while DCP wrote (no second read) equal a fresh XXH3-128 of each
+    file, so ``verify`` checks the bytes on disk and not what a writer thought it wrote."""
+    _save_all(tmp_path, [0], async_save=False)
+    folder = tmp_path / "rollout-000000"
+    files = json.loads((folder / "manifest.json").read_text())["files"]
+    assert json.loads((folder / "manifest.json").read_text())["format"] == 3
+    assert any(rel.startswith("dcp/") and rel.endswith(".distcp") for rel in files)
+    for rel, entry in files.items():
+        assert entry == {"size": (folder / rel).stat().st_size, "xxh3_128": xxhash.xxh3_128((folder / rel).read_bytes()).hexdigest()}
+
+
+@pytest.mark.parametrize("version, key, checksum", [
+    (1, "crc32", lambda data: f"{zlib.crc32(data):08x}"),
+    (2, "sha256", lambda data: hashlib.sha256(data).hexdigest()),
+])
+def test_older_manifest_formats_still_verify_with_their_checksum(tmp_path, version, key, checksum):
+    """A checkpoint saved by an earlier heron (format 1: crc32, format 2: sha256) verifies and
+    opens; a flipped bit in it is still caught by that format's checksum."""
+    _save_all(tmp_path, [0], async_save=False)
+    folder = tmp_path / "rollout-000000"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["format"] = version
+    manifest["files"] = {rel: {"size": e["size"], key: checksum((folder / rel).read_bytes())} for rel, e in manifest["files"].items()}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    assert open_checkpoint(folder).rollout_id == 0
+    shard = folder / "dcp" / "__0_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 3] ^= 0x01
+    shard.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="checksum mismatch in dcp/__0_0.distcp"):
+        open_checkpoint(folder)
+
+
+def test_a_manifest_format_this_heron_does_not_know_is_refused_in_one_line(tmp_path):
+    _save_all(tmp_path, [0], async_save=False)
+    folder = tmp_path / "rollout-000000"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["format"] = 99
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match=r"has manifest format 99; this heron reads \(1, 2, 3\)") as info:
+        open_checkpoint(folder)
     assert "\n" not in str(info.value)
 
 
