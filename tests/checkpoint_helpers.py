@@ -1,5 +1,7 @@
 """Helpers shared by the checkpoint tests."""
 
+import threading
+
 import torch
 
 
@@ -11,3 +13,20 @@ def model_and_optimizer(seed: int = 0, width: int = 16):
     model(torch.randn(4, width)).square().sum().backward()
     optimizer.step()
     return model, optimizer
+
+
+def held_staging(monkeypatch) -> tuple[threading.Event, threading.Event]:
+    """Makes the async save's host copy start only once the returned ``release`` is set (and
+    set ``started`` when it is reached), so a test can act while the copy is pending."""
+    started, release = threading.Event(), threading.Event()
+    from heron.checkpoint import dcp_io
+
+    stage = dcp_io.stage
+
+    def held_stage(*args, **kwargs):
+        started.set()
+        assert release.wait(timeout=60), "the test never released the staging copy"
+        return stage(*args, **kwargs)
+
+    monkeypatch.setattr(dcp_io, "stage", held_stage)
+    return started, release

@@ -4,9 +4,9 @@ One save, step by step (``save``), for a trainer in this process and for Ray ran
 1. wait for the previous save (at most one in flight); its error, if any, is raised here;
 2. make the temporary folder, write the tokenizer into ``hf_meta/``;
 3. ``source.save_state(request)``: the trainer (every rank) writes its DCP shards into the folder
-   (sync), or stages them to host memory and writes them in its own background thread (async),
-   and returns its fingerprint and ``TrainerState`` (``heron.checkpoint.shards``); when it
-   returns, the live tensors are free to change and the trainer may sleep;
+   (sync), or starts its own background thread that stages them to host memory and writes them
+   (async), and returns its fingerprint and ``TrainerState`` (``heron.checkpoint.shards``: until
+   the copy is done, the optimizer's step and a sleep of the trainer wait for it);
 4. the run state is taken (``state.json``'s bytes: the run's position at this save);
 5. in the caller (sync) or a background thread (async): ``state.json`` is written,
    ``source.wait_saved()`` collects the shards' checksums, then the manifest is written, the
@@ -20,8 +20,8 @@ file and checkpoint being written, and the last complete checkpoint. DCP's own
 ``CheckpointException`` is a ``BaseException`` whose message holds every rank's traceback, so it
 is caught by name.
 
-For the residency layer: staging happens inside ``save``; ``wait_until_staged`` lets another
-thread wait for it, and ``staging`` says whether it is in progress.
+Async: the host copy of the tensors runs in the source's own write thread, after ``save``
+returns; the source keeps its live tensors unchanged until then (``heron.checkpoint.shards``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -83,18 +82,8 @@ class CheckpointWriter:
             log.warning("removed %s: the save that wrote it never finished", path)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="heron-ckpt") if async_save else None
         self._pending: tuple[str, Future] | None = None
-        self._staged = threading.Event()
-        self._staged.set()
         self.last_committed: Path | None = None
         self.last_stats: dict[str, float] = {}
-
-    @property
-    def staging(self) -> bool:
-        return not self._staged.is_set()
-
-    def wait_until_staged(self, timeout: float | None = None) -> bool:
-        """Blocks until no save is copying live tensors; True unless ``timeout`` ran out."""
-        return self._staged.wait(timeout)
 
     def save(self, rollout_id: int, source: ShardSource, run_state: dict | RunStateFn) -> None:
         """Saves ``source``'s tensors and the run state (JSON-able; or a function of the
@@ -102,15 +91,11 @@ class CheckpointWriter:
         self.wait()
         start = time.perf_counter()
         temp = temp_folder(self.folder, rollout_id)
-        self._staged.clear()
-        try:
-            with self._failing_cleanly(temp, rollout_id, CheckpointSaveError):
-                temp.mkdir()
-                write_tokenizer(temp / HF_META, self.tokenizer)
-                shards = source.save_state(ShardRequest(str(temp.resolve()), self.async_save, self.hf_export))
-                state = _state_file(rollout_id, shards, run_state)  # the run state now; written with the commit
-        finally:
-            self._staged.set()
+        with self._failing_cleanly(temp, rollout_id, CheckpointSaveError):
+            temp.mkdir()
+            write_tokenizer(temp / HF_META, self.tokenizer)
+            shards = source.save_state(ShardRequest(str(temp.resolve()), self.async_save, self.hf_export))
+            state = _state_file(rollout_id, shards, run_state)  # the run state now; written with the commit
         self.last_stats = {"block_s": time.perf_counter() - start}
         if self._executor is None:
             self._finish(temp, rollout_id, source, state, start)

@@ -13,8 +13,9 @@ class CheckpointConfig:
     dir: str = doc("Checkpoint folder; empty means <run.dir>/checkpoints.", "")
     interval: int = doc("Save after every N rollouts (and always after the last one); 0 = only at the end.", 10)
     async_: bool = doc(
-        "Write files in a background thread after staging tensors to host memory; the loop waits only "
-        "for the staging (and for the previous save, if still running).",
+        "Copy the tensors to host memory and write the files in a background thread; the loop waits "
+        "for the previous save if it is still running, and its next optimizer step or sleep waits for "
+        "the copy.",
         True,
         key="async",
     )

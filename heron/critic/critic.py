@@ -166,8 +166,10 @@ class Critic(Resident):
     @needs_device
     def save_state(self, request: ShardRequest) -> SavedShards:
         """Writes (or, async, stages) value model + AdamW into the checkpoint's ``critic/``
-        folder; returns their fingerprint. The live tensors are free when it returns."""
-        return self._checkpoint.save(request, primary=self._writes_shared_files())
+        folder; returns their fingerprint. An async save copies the live tensors after this
+        returns; the optimizer's step and a sleep wait for that copy (heron.checkpoint.shards)."""
+        with self._hold_while_read("async checkpoint staging", request.async_save) as release:
+            return self._checkpoint.save(request, primary=self._writes_shared_files(), on_staged=release)
 
     @host_only
     def wait_saved(self) -> dict[str, str]:

@@ -12,6 +12,7 @@ Sync or async like the trainer's shards: async stages the live tensors to host a
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,14 +38,15 @@ class CriticCheckpoint:
     scheduled: bool = False  # a warm-up or decay: the LR depends on the scheduler's step
     _shards: ModuleShards | None = field(default=None, repr=False)
 
-    def save(self, request: ShardRequest, primary: bool = True) -> SavedShards:
+    def save(self, request: ShardRequest, primary: bool = True, on_staged: Callable[[], None] | None = None) -> SavedShards:
         """Writes (or stages) into ``<request.folder>/critic``; returns the fingerprint (global
-        shapes). ``primary``: this process writes ``state.json`` (one rank of a data-parallel critic)."""
+        shapes). ``primary``: this process writes ``state.json`` (one rank of a data-parallel
+        critic); ``on_staged``: see ``ModuleShards.save_state``."""
         folder = Path(request.folder) / CRITIC_FOLDER
         folder.mkdir(exist_ok=True)
         if self._shards is None:
             self._shards = ModuleShards(self.model, self.optimizer)
-        saved = self._shards.save_state(replace(request, folder=str(folder), hf_export=False), primary=False)
+        saved = self._shards.save_state(replace(request, folder=str(folder), hf_export=False), primary=False, on_staged=on_staged)
         if primary:
             state = {"fingerprint": {"model": saved.model, "optimizer": saved.optimizer},
                      "scheduler": self.scheduler.state_dict()}
@@ -79,6 +81,8 @@ class CriticCheckpoint:
                 f"checkpoint {checkpoint.path} has no critic LR schedule state (saved by a heron without "
                 "critic.lr_schedule): resume it with critic.lr_schedule=constant critic.warmup_steps=0"
             )
+        if self._shards is not None:
+            self._shards.wait_staged()  # the load writes into the tensors an async save may be copying
         dcp_io.load_into(self.model, self.optimizer, folder, process_group=None)
         if "scheduler" in state:
             self.scheduler.load_state_dict(state["scheduler"])

@@ -8,8 +8,12 @@ operations run directly and ``sleep``/``wake`` raise.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
 from heron.residency.declare import host_only, lifecycle
 from heron.residency.errors import ResidencyError
+from heron.residency.in_flight import Hold
 from heron.residency.state import Residency, State
 
 
@@ -23,6 +27,20 @@ class Resident:
                 f"heron.residency.wiring.attach_residency(...)"
             )
         return self.residency
+
+    @contextmanager
+    def _hold_while_read(self, reason: str, needed: bool = True) -> Iterator[Callable[[], None] | None]:
+        """For work that reads this component's memory after the operation returns (an async
+        checkpoint's copy): yields the release of a hold that ``sleep`` waits for, to be called
+        when the work is done; None when not ``needed`` or without a residency (nothing sleeps).
+        An error before the work took it over releases the hold."""
+        hold: Hold | None = self.residency.hold(reason) if needed and self.residency is not None else None
+        try:
+            yield None if hold is None else hold.release
+        except BaseException:
+            if hold is not None:
+                hold.release()  # idempotent: also fine when the work released it already
+            raise
 
     @lifecycle
     def sleep(self) -> None:

@@ -302,13 +302,15 @@ class PolicyTrainer(Resident):
     def save_state(self, request: ShardRequest) -> SavedShards:
         """Writes model + optimizer shards for ``request`` (``heron.checkpoint.shards``) and
         returns them with the ``TrainerState`` (policy version, scheduler). Needs the live
-        tensors; returns once they are staged, so the trainer may change or sleep afterwards,
-        while an async save finishes the files in the background (``wait_saved``)."""
+        tensors: an async save copies them in its own thread after this returns, and until then
+        the optimizer's step waits for the copy and a sleep waits for its hold (heron.checkpoint.shards);
+        the files are finished in the background (``wait_saved``)."""
         if self._shards is None:
             self._shards = ModuleShards(self.model, self.optimizer)
         primary = self._holds_full_weights()
         hf_weights = self.host_weights() if request.hf_export and primary else None
-        saved = self._shards.save_state(request, hf_weights, primary=primary)
+        with self._hold_while_read("async checkpoint staging", request.async_save) as release:
+            saved = self._shards.save_state(request, hf_weights, primary=primary, on_staged=release)
         return replace(saved, trainer=TrainerState(self.version, self.scheduler.state_dict()))
 
     @host_only
@@ -325,6 +327,8 @@ class PolicyTrainer(Resident):
 
         state = checkpoint.trainer_state()
         check_fits(checkpoint, self.model, self.optimizer, run_config)
+        if self._shards is not None:
+            self._shards.wait_staged()  # the load writes into the tensors an async save may be copying
         load_into(checkpoint, self.model, self.optimizer)
         self.scheduler.load_state_dict(state.scheduler)
         self.version = state.version

@@ -13,9 +13,10 @@ Contract every trainer keeps:
   full state dict on the host whatever the transport (export, tests).
 - ``save_state(request)`` writes model + optimizer shards (DCP) into the request's folder (every
   rank its own) and returns the fingerprint with the typed ``TrainerState``; an async request
-  gets the files written in the background after the live tensors are staged, so the trainer may
-  change or sleep as soon as ``save_state`` returns. ``wait_saved()`` waits for those files and
-  returns their checksums (it never wakes the trainer).
+  returns at once, and a background thread copies the live tensors to host and writes the files;
+  until the copy is done the optimizer's step, ``load_state`` and a sleep wait for it
+  (``heron.checkpoint.shards``). ``wait_saved()`` waits for those files and returns their
+  checksums (it never wakes the trainer).
 - ``load_state(checkpoint, run_config)`` checks that the checkpoint fits (one-line error, nothing
   loaded, if not), loads it and returns the ``TrainerState`` it restored; the next ``weights()``
   serves the loaded version.

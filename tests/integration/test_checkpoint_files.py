@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 import zlib
 
 import pytest
@@ -17,9 +18,9 @@ from heron.checkpoint import dcp_io
 from heron.checkpoint.errors import AsyncSaveError, CheckpointError
 from heron.checkpoint.layout import committed, read_latest
 from heron.checkpoint.reader import find_latest, open_checkpoint
-from heron.checkpoint.shards import ModuleShards
+from heron.checkpoint.shards import ModuleShards, ShardRequest
 from heron.checkpoint.writer import CheckpointWriter
-from tests.checkpoint_helpers import model_and_optimizer
+from tests.checkpoint_helpers import held_staging, model_and_optimizer
 
 
 
@@ -134,20 +135,81 @@ def test_unfinished_save_is_ignored_then_removed_by_next_writer(tmp_path, caplog
     assert not stale.exists()
 
 
-def test_async_save_stages_a_copy_before_returning(tmp_path):
+def _optimizer_tensors(optimizer) -> dict:
+    return {(i, k): v.clone() for i, state in optimizer.state_dict()["state"].items() for k, v in state.items()}
+
+
+def test_async_save_returns_before_the_copy_and_the_next_step_waits_for_it(tmp_path, monkeypatch):
+    """The loop is not blocked by the host copy: ``save`` returns while it is pending. The next
+    optimizer step waits for the copy (a step pre-hook), so the checkpoint holds the weights and
+    AdamW state of the save, bit for bit, and the step then applies as usual."""
+    started, release = held_staging(monkeypatch)
     model, optimizer = model_and_optimizer()
-    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    expected_model = {k: v.clone() for k, v in model.state_dict().items()}
+    expected_optimizer = _optimizer_tensors(optimizer)
+    shards = ModuleShards(model, optimizer)
     writer = CheckpointWriter(tmp_path, async_save=True)
-    writer.save(5, ModuleShards(model, optimizer), {})
-    assert writer.wait_until_staged(timeout=0) and not writer.staging
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(1.0)  # training continues while the files are written
+    writer.save(5, shards, {})
+    assert started.wait(timeout=60) and shards.staging  # save returned; the copy has not run yet
+
+    def train_step():
+        model(torch.randn(4, 16)).square().sum().backward()
+        optimizer.step()  # training goes on while the save is in flight
+
+    stepper = threading.Thread(target=train_step)
+    stepper.start()
+    stepper.join(timeout=0.5)
+    assert stepper.is_alive(), "optimizer.step ran while the async save had not copied the tensors yet"
+    release.set()
+    stepper.join(timeout=60)
+    assert not stepper.is_alive() and not shards.staging
     writer.close()
+    assert not torch.equal(model.state_dict()["0.weight"], expected_model["0.weight"])  # the step applied
     fresh, fresh_opt = model_and_optimizer(seed=1)
     dcp_io.load_into(fresh, fresh_opt, tmp_path / "rollout-000005")
     for name, tensor in fresh.state_dict().items():
-        assert torch.equal(tensor, expected[name]), name
+        assert torch.equal(tensor, expected_model[name]), name
+    loaded = _optimizer_tensors(fresh_opt)
+    assert loaded.keys() == expected_optimizer.keys()
+    for key, tensor in loaded.items():
+        assert torch.equal(tensor, expected_optimizer[key]), key
+
+
+def test_a_failed_async_copy_frees_the_trainer_and_fails_the_save(tmp_path, monkeypatch):
+    """A copy that raises still releases the live tensors (the next step does not hang, the
+    ``on_staged`` callback runs once) and the save fails in the loop, with nothing committed."""
+    def broken_stage(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(dcp_io, "stage", broken_stage)
+    model, optimizer = model_and_optimizer()
+    shards, calls = ModuleShards(model, optimizer), []
+    shards.save_state(ShardRequest(str(tmp_path), async_save=True), on_staged=lambda: calls.append(1))
+    shards.wait_staged()
+    optimizer.step()
+    assert calls == [1] and not shards.staging
+    with pytest.raises(OSError, match="Cannot allocate memory"):
+        shards.wait_saved()
+
+
+def test_load_waits_for_a_pending_copy(tmp_path, monkeypatch):
+    """A trainer load writes into the live tensors; ``wait_staged`` (what the trainers' load_state
+    call first) returns only once the async save's copy is done."""
+    model, optimizer = model_and_optimizer()
+    CheckpointWriter(tmp_path / "a", async_save=False).save(0, ModuleShards(model, optimizer), {})
+    started, release = held_staging(monkeypatch)
+    shards = ModuleShards(model, optimizer)
+    writer = CheckpointWriter(tmp_path / "b", async_save=True)
+    writer.save(1, shards, {})
+    assert started.wait(timeout=60)
+    waiter = threading.Thread(target=shards.wait_staged)
+    waiter.start()
+    waiter.join(timeout=0.5)
+    assert waiter.is_alive()
+    release.set()
+    waiter.join(timeout=60)
+    assert not waiter.is_alive()
+    writer.close()
 
 
 def test_load_restores_model_and_optimizer_bit_exactly(tmp_path):

@@ -30,16 +30,17 @@ def _plant_in_optimizer(model, optimizer):
 def test_a_nonfinite_tensor_stops_the_save_and_keeps_the_last_good_checkpoint(tmp_path, async_save, plant):
     model, optimizer = model_and_optimizer()
     writer = CheckpointWriter(tmp_path, async_save=async_save, keep_last=0)
-    writer.save(0, ModuleShards(model, optimizer), {"rollout_id": 0})
+    shards = ModuleShards(model, optimizer)
+    writer.save(0, shards, {"rollout_id": 0})
     writer.wait()
     name = plant(model, optimizer)
     with pytest.raises(NonFiniteStateError) as e:
-        writer.save(1, ModuleShards(model, optimizer), {"rollout_id": 1})
+        writer.save(1, shards, {"rollout_id": 1})
         assert async_save  # sync raises in save; async checks the staged copy behind the loop
         writer.wait()  # ... and raises from the next wait, like a failed write
     message = str(e.value)
     assert f"'{name}'" in message and "rollout-000001 not saved" in message and "\n" not in message
-    assert not writer.staging  # a failed check does not leave the trainer waiting to sleep
+    assert not shards.staging  # a failed check does not leave the trainer waiting to sleep
     writer.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "rollout-000000"]
     assert read_latest(tmp_path) == "rollout-000000"

@@ -124,6 +124,62 @@ def test_state_dicts_of_an_asleep_component_raise_our_error(make_pair, tmp_path)
     assert (tmp_path / "rollout-000000").is_dir()
 
 
+def test_a_sleep_waits_for_the_async_save_copy(make_pair, tmp_path, monkeypatch):
+    """The trainer's async save returns before its host copy is made; the save holds the
+    trainer (a residency hold), so a sleep meanwhile waits for the copy instead of releasing the
+    memory under it (the prior-art crash, moved into a thread), then sleeps."""
+    from heron.checkpoint.reader import open_checkpoint
+    from heron.checkpoint.writer import CheckpointWriter
+    from tests.checkpoint_helpers import held_staging
+
+    started, release = held_staging(monkeypatch)
+    pair = make_pair(colocate=True, offload=True)
+    trainer = pair.trainer
+    trainer.wake()
+    writer = CheckpointWriter(tmp_path, async_save=True)
+    writer.save(0, trainer, {})
+    assert started.wait(timeout=60) and trainer.residency.in_flight() == ["async checkpoint staging"]
+    sleeper = threading.Thread(target=trainer.sleep)
+    sleeper.start()
+    sleeper.join(timeout=0.5)
+    assert sleeper.is_alive() and trainer.residency.state is State.AWAKE
+    release.set()
+    sleeper.join(timeout=60)
+    assert not sleeper.is_alive() and trainer.residency_state is State.ASLEEP
+    assert trainer.residency.in_flight() == []
+    writer.close()
+    assert open_checkpoint(tmp_path / "rollout-000000").rollout_id == 0
+
+
+def test_a_trainer_load_waits_for_the_async_save_copy(make_pair, batch, tmp_path, monkeypatch):
+    """``load_state`` writes into the live tensors: while an async save has not copied them,
+    it waits, so the save holds what the trainer had at the save (not the loaded values)."""
+    from heron.checkpoint.fingerprint import config_fingerprint
+    from heron.checkpoint.reader import open_checkpoint
+    from heron.checkpoint.writer import CheckpointWriter
+    from tests.checkpoint_helpers import held_staging
+
+    trainer = make_pair(colocate=False, offload=False).trainer
+    run_state = {"fingerprint": {"config": config_fingerprint({})}}
+    CheckpointWriter(tmp_path / "a", async_save=False).save(0, trainer, run_state)
+    trainer.train(batch)
+    trained = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    started, release = held_staging(monkeypatch)
+    writer = CheckpointWriter(tmp_path / "b", async_save=True)
+    writer.save(1, trainer, run_state)
+    assert started.wait(timeout=60)
+    loader = threading.Thread(target=trainer.load_state, args=(open_checkpoint(tmp_path / "a" / "rollout-000000"), {}))
+    loader.start()
+    loader.join(timeout=0.5)
+    assert loader.is_alive(), "load_state wrote into the tensors before the async save had copied them"
+    release.set()
+    loader.join(timeout=60)
+    writer.close()
+    trainer.load_state(open_checkpoint(tmp_path / "b" / "rollout-000001"), {})
+    for name, tensor in trainer.model.state_dict().items():
+        assert torch.equal(tensor, trained[name]), name
+
+
 def test_misdeclared_host_only_operation_is_named(make_pair):
     """A host-only operation that touches device memory anyway: the error names it."""
     pair = make_pair(colocate=True, offload=True)
