@@ -67,13 +67,15 @@ def crc32_of(path: Path) -> str:
 def write_manifest(folder: Path, rollout_id: int, known: dict[str, str] | None = None) -> dict:
     """Lists every file under ``folder`` (size, checksum) into ``folder/manifest.json``, fsync'd.
     ``known`` maps paths to checksums (``new_digest``) computed while they were written; other
-    files are read."""
-    known = known or {}
+    files are read. Paths are compared resolved: the shards report absolute ones, and a relative
+    ``run.dir`` once made every shard be read and hashed a second time."""
+    folder = Path(folder)
+    known = {Path(path).resolve(): digest for path, digest in (known or {}).items()}
     paths = sorted(
         Path(dirpath) / name for dirpath, _, filenames in os.walk(folder) for name in filenames if name != MANIFEST
     )
     with ThreadPoolExecutor(max(1, min(4, len(paths)))) as pool:  # xxhash releases the GIL
-        checksums = list(pool.map(lambda p: known.get(str(p)) or checksum_of(p), paths))
+        checksums = list(pool.map(lambda p: known.get(p.resolve()) or checksum_of(p), paths))
     files = {
         path.relative_to(folder).as_posix(): {"size": path.stat().st_size, CHECKSUM: digest}
         for path, digest in zip(paths, checksums)

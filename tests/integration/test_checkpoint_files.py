@@ -9,6 +9,7 @@ import json
 import logging
 import threading
 import zlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -88,6 +89,23 @@ def test_manifest_checksums_are_those_of_the_written_bytes(tmp_path):
     assert any(rel.startswith("dcp/") and rel.endswith(".distcp") for rel in files)
     for rel, entry in files.items():
         assert entry == {"size": (folder / rel).stat().st_size, "xxh3_128": xxhash.xxh3_128((folder / rel).read_bytes()).hexdigest()}
+
+
+@pytest.mark.parametrize("async_save", [False, True])
+def test_a_relative_checkpoint_folder_hashes_no_shard_twice(tmp_path, monkeypatch, async_save):
+    """The manifest takes the shards' checksums from the write (DCP reports absolute paths);
+    only files written outside DCP are read again. A relative ``checkpoint.dir`` (the default
+    ``runs/...``) once missed every one of them, and each save read and hashed its shards twice."""
+    from heron.checkpoint import manifest
+
+    hashed = []
+    read = manifest.checksum_of
+    monkeypatch.setattr(manifest, "checksum_of", lambda path: hashed.append(path) or read(path))
+    monkeypatch.chdir(tmp_path)
+    _save_all(Path("runs") / "checkpoints", [0], async_save=async_save)
+    assert [p for p in hashed if p.suffix == ".distcp"] == []
+    assert any(p.name == "state.json" for p in hashed)  # the files written outside DCP are read
+    assert open_checkpoint(tmp_path / "runs" / "checkpoints" / "rollout-000000").rollout_id == 0
 
 
 @pytest.mark.parametrize("version, key, checksum", [
