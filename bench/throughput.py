@@ -8,8 +8,8 @@ train step (the train call without that forward), push (weights into the engine)
 (the save call; with async saves, the part that blocks the loop: the background copy and write
 then compete with the next stages for the cores, which shows in their times, not in this line;
 measured on 2 cores, 25M model in bf16: generate 0.83 s with ``checkpoint.enabled=false``, 1.5 s
-with a save of its 300 MB after every rollout, whatever the save threads' nice value). Medians over steps 2..N; the
-last line is ``throughput: samples_per_s=<samples per step / median step time>  [model]``.
+with a save of its 300 MB after every rollout, with the save threads at nice 0, 10 or 19).
+Medians over steps 2..N; the last line is ``throughput: samples_per_s=<samples per step / median step time>  [model]``.
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/throughput.py [--model toy|3M|25M] [--steps 8]
 """

@@ -93,14 +93,15 @@ class ModuleShards:
             if primary:
                 write_model_meta(folder / HF_META, self.model)
             write = partial(_write, folder=folder, group=self._process_group(), hf_weights=hf_weights if request.hf_export else None)
-        except BaseException:
+            if request.async_save:
+                self._staged.clear()
+                self._pending = start_write(partial(self._stage_then_write, live, write, on_staged), "heron-ckpt-shards")
+                return saved  # the thread owns the copy and ``on_staged`` from here
+        except BaseException:  # also a thread that could not start: nothing is left waiting for it
+            self._staged.set()
             if on_staged is not None:
                 on_staged()
             raise
-        if request.async_save:
-            self._staged.clear()
-            self._pending = start_write(partial(self._stage_then_write, live, write, on_staged), "heron-ckpt-shards")
-            return saved
         try:  # a failed write raises here and leaves nothing pending
             checksums = write(live)
         finally:

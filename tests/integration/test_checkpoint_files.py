@@ -210,6 +210,23 @@ def test_a_failed_async_copy_frees_the_trainer_and_fails_the_save(tmp_path, monk
         shards.wait_saved()
 
 
+def test_a_save_thread_that_cannot_start_leaves_nothing_waiting(tmp_path, monkeypatch):
+    """When the save's thread does not start (the OS refused a thread), ``save_state`` raises,
+    ``on_staged`` runs once and the optimizer's step does not wait for a copy that never comes."""
+    from heron.checkpoint import shards as shards_module
+
+    def no_thread(*args, **kwargs):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(shards_module, "start_write", no_thread)
+    model, optimizer = model_and_optimizer()
+    shards, calls = ModuleShards(model, optimizer), []
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        shards.save_state(ShardRequest(str(tmp_path), async_save=True), on_staged=lambda: calls.append(1))
+    assert calls == [1] and not shards.staging
+    optimizer.step()  # the step pre-hook returns at once
+
+
 def test_load_waits_for_a_pending_copy(tmp_path, monkeypatch):
     """A trainer load writes into the live tensors; ``wait_staged`` (what the trainers' load_state
     call first) returns only once the async save's copy is done."""
