@@ -11,16 +11,20 @@ tokens (``STOP``, ~1/16 of the vocabulary, so rows end at many different steps),
 rollouts do: the engine prefills each prompt once and drops finished rows (issue 14.4); generate
 gets the prompts repeated (``num_return_sequences`` does the same) and the stop tokens as
 ``eos_token_id``. Lengths differ between the two (each samples its own tokens from the same
-model), so this case compares samples/s; ``engine_every_row`` is the same engine with both
-off (the decode loop before issue 14). The last lines are
-``engine: tokens_per_s_vs_generate=<embedded / generate>``, ``vllm: ...`` when it ran, and
-``engine_grpo: samples_per_s_vs_generate=<embedded / generate>`` (> 1 means faster than generate).
+model), so this case compares samples/s; ``engine_before_14`` is the same engine with both
+off and the model's forward decoding (the decode loop before issue 14). ``engine_hf_decoder``
+is the engine with ``decoder="hf"``: what the lean decode step (heron.rollout.lean_decoder)
+adds. The last lines are ``engine: tokens_per_s_vs_generate=<embedded / generate>``,
+``vllm: ...`` when it ran, and ``engine_grpo: samples_per_s_vs_generate=<embedded / generate>``
+(> 1 means faster than generate). ``--model`` picks a size of bench/vs_trl.py (default 3M),
+``--dtype`` the weights' dtype of every side (bfloat16: the engine as ``engine.embedded.dtype=bfloat16``).
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/engine.py
+    OMP_NUM_THREADS=2 .venv/bin/python bench/engine.py [--model 3M|25M] [--dtype float32|bfloat16]
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import tempfile
@@ -38,14 +42,14 @@ from heron.rollout import EmbeddedEngine  # noqa: E402
 from heron.rollout.registry import build_engine  # noqa: E402
 from heron.rollout.vllm.build import REPO_ROOT  # noqa: E402
 from heron.toy.addition import make_prompts  # noqa: E402
-from heron.toy.model import ToyModelSpec, create_toy_model  # noqa: E402
+from heron.toy.model import create_toy_model  # noqa: E402
+from bench.vs_trl import MODELS  # noqa: E402
 
 BATCH_SIZE = 32
 NUM_NEW_TOKENS = 64
 NUM_REPEATS = 5
 NUM_GROUPS, GROUP_SIZE, GROUP_NEW_TOKENS = 8, 4, 32
 STOP = tuple(range(3, 35))
-SPEC = ToyModelSpec(hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=768)
 
 
 def _vllm_engine(model_dir: Path, run_dir: Path):
@@ -78,12 +82,17 @@ def _timed_rates(runs: dict, expected_tokens: int | None) -> dict[str, list[floa
 def main() -> None:
     from transformers import AutoTokenizer
 
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="3M", choices=list(MODELS))
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    args = parser.parse_args()
     prompts = make_prompts(BATCH_SIZE, seed=1, max_digits=3)
     with tempfile.TemporaryDirectory() as tmp:
         corpus = [p.text + p.label for p in make_prompts(2000, seed=0, max_digits=3)]
-        model_dir = create_toy_model(Path(tmp) / "model", corpus, SPEC)
+        model_dir = create_toy_model(Path(tmp) / "model", corpus, MODELS[args.model])
         tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
         engine = EmbeddedEngine.from_pretrained(model_dir)
+        engine.model.to(getattr(torch, args.dtype))
         (Path(tmp) / "run").mkdir()
         vllm = _vllm_engine(model_dir, Path(tmp) / "run")
         try:
@@ -109,7 +118,10 @@ def _bench(engine: EmbeddedEngine, vllm, tokenizer, prompts) -> None:
             )
         return (out.shape[1] - hf_inputs["input_ids"].shape[1]) * out.shape[0]
 
-    runs = {"engine": lambda: sum(len(g.tokens) for g in engine.generate(requests)), "generate": run_generate}
+    hf_decoder = EmbeddedEngine(engine.model, pad_token_id=engine.pad_token_id, decoder="hf")
+    runs = {"engine": lambda: sum(len(g.tokens) for g in engine.generate(requests)),
+            "engine_hf_decoder": lambda: sum(len(g.tokens) for g in hf_decoder.generate(requests)),
+            "generate": run_generate}
     if vllm is not None:
         runs["vllm"] = lambda: sum(len(g.tokens) for g in vllm.generate(requests))
     rates = _timed_rates(runs, BATCH_SIZE * NUM_NEW_TOKENS)
@@ -122,6 +134,8 @@ def _bench(engine: EmbeddedEngine, vllm, tokenizer, prompts) -> None:
         print(f"{name}: median {statistics.median(values):.0f} tokens/s over {len(values)} runs "
               f"(min {min(values):.0f}, max {max(values):.0f})")
     generate = statistics.median(rates["generate"])
+    lean_gain = statistics.median(rates["engine"]) / statistics.median(rates["engine_hf_decoder"])
+    print(f"engine: tokens_per_s_vs_hf_decoder={lean_gain:.2f} (the same engine decoding with the model's forward)")
     print(f"engine: tokens_per_s_vs_generate={statistics.median(rates['engine']) / generate:.2f}")
     if vllm is not None:
         print(f"vllm: tokens_per_s_vs_generate={statistics.median(rates['vllm']) / generate:.2f}")
@@ -145,9 +159,10 @@ def _bench_groups(engine: EmbeddedEngine, tokenizer, prompts) -> None:
             )
         return out.shape[0]
 
-    plain = EmbeddedEngine(engine.model, pad_token_id=engine.pad_token_id, share_prompts=False, drop_finished=False)
-    runs = {"engine": lambda: len(engine.generate(requests)), "engine_every_row": lambda: len(plain.generate(requests)),
-            "generate": run_generate}
+    plain = EmbeddedEngine(engine.model, pad_token_id=engine.pad_token_id, share_prompts=False, drop_finished=False,
+                           decoder="hf")
+    runs = {"engine": lambda: len(engine.generate(requests)),
+            "engine_before_14": lambda: len(plain.generate(requests)), "generate": run_generate}
     rates = _timed_rates(runs, None)
     lengths = [len(g.tokens) for g in engine.generate(requests)]
     print(f"grpo batch: {NUM_GROUPS} prompts x {GROUP_SIZE} samples, <= {GROUP_NEW_TOKENS} new tokens, "
@@ -156,8 +171,9 @@ def _bench_groups(engine: EmbeddedEngine, tokenizer, prompts) -> None:
         print(f"{name}: median {statistics.median(values):.1f} samples/s over {len(values)} runs "
               f"(min {min(values):.1f}, max {max(values):.1f})")
     ratio = statistics.median(rates["engine"]) / statistics.median(rates["generate"])
-    every_row = statistics.median(rates["engine"]) / statistics.median(rates["engine_every_row"])
-    print(f"engine_grpo: samples_per_s_vs_every_row={every_row:.2f} (the same engine prefilling and decoding every row)")
+    before = statistics.median(rates["engine"]) / statistics.median(rates["engine_before_14"])
+    print(f"engine_grpo: samples_per_s_vs_before_14={before:.2f} (the same engine prefilling and decoding every row "
+          "with the model's forward)")
     print(f"engine_grpo: samples_per_s_vs_generate={ratio:.2f}")
 
 

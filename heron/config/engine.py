@@ -76,6 +76,12 @@ class EmbeddedConfig:
         "(the trainer recomputes its own; the mismatch is logged and off-policy correction can use it).",
         "",
     )
+    decoder: Literal["auto", "hf"] = doc(
+        "What runs each decode step: auto = heron's lean step for Llama, Qwen2 and Qwen3 models (the HF forward's "
+        "arithmetic, bit-identical, without transformers' per-token mask, RoPE and wrapper work), the HF forward for "
+        "any other model; hf = always the model's forward (docs/engines.md).",
+        "auto",
+    )
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,12 @@ from heron.records import Generation, GenerationRequest
 from heron.residency import Holdings, Resident, host_only, needs_device
 from heron.rollout.batch_rows import MIN_ROWS, batch_params, distinct_prompts, rows_to_keep
 from heron.rollout.kv_cache import preallocated_cache
+from heron.rollout.lean_decoder import LeanDecoder, unsupported_reason
 from heron.rollout.request_checks import validate_request
 from heron.rollout.sampling import select_tokens
 from heron.weights.handle import WeightHandle
+
+DECODERS = ("auto", "hf")
 
 
 def _left_pad(
@@ -61,20 +64,33 @@ class EmbeddedEngine(Resident):
 
     def __init__(
         self, model: torch.nn.Module, *, pad_token_id: int, max_batch_size: int = 64, policy_version: int = 0,
-        share_prompts: bool = True, drop_finished: bool = True, min_rows: int = MIN_ROWS,
+        share_prompts: bool = True, drop_finished: bool = True, min_rows: int = MIN_ROWS, decoder: str = "auto",
     ):
         """``share_prompts``: prefill each distinct prompt of a batch once; ``drop_finished``: take
-        finished rows out of the decode batch, keeping at least ``min_rows`` (heron.rollout.batch_rows)."""
+        finished rows out of the decode batch, keeping at least ``min_rows`` (heron.rollout.batch_rows);
+        ``decoder``: ``auto`` decodes with ``heron.rollout.lean_decoder`` where it supports the
+        model (the same arithmetic without transformers' per-call work), ``hf`` always with the
+        model's forward. The prefill always runs the model's forward."""
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if min_rows < 1:
             raise ValueError(f"min_rows must be >= 1, got {min_rows}")
+        if decoder not in DECODERS:
+            raise ValueError(f"decoder must be one of {DECODERS}, got {decoder!r}")
         self.model = model
         self.pad_token_id = pad_token_id
         self.max_batch_size = max_batch_size
         self.share_prompts, self.drop_finished, self.min_rows = share_prompts, drop_finished, min_rows
         self._policy_version = policy_version
         self._cache_kwarg = _cache_kwarg(model)
+        self.decoder_reason = "engine.embedded.decoder=hf" if decoder == "hf" else unsupported_reason(model)
+        self._lean = LeanDecoder(model) if self.decoder_reason is None else None
+
+    @property
+    @host_only
+    def decoder(self) -> str:
+        """``lean`` or ``hf``: what decodes this engine's batches (``decoder_reason`` says why not lean)."""
+        return "lean" if self._lean is not None else "hf"
 
     @classmethod
     def from_pretrained(cls, path: str | Path, **kwargs) -> EmbeddedEngine:
@@ -144,7 +160,9 @@ class EmbeddedEngine(Resident):
         device = self.device
         params = batch_params(requests, device)
         prompts = [r.prompt_tokens for r in requests]
-        cache = preallocated_cache(self.model.config, max(len(p) for p in prompts) + params.num_steps)  # P + T
+        capacity = max(len(p) for p in prompts) + params.num_steps  # P + T
+        cache = preallocated_cache(self.model.config, capacity)
+        decode = (self._lean.session(capacity) if self._lean is not None else None) or self._forward
         logits, full_mask, next_position = self._prefill(prompts, params.num_steps, cache)
         num_rows, prompt_len = len(requests), full_mask.shape[1] - params.num_steps
         tokens_out = torch.full((num_rows, params.num_steps), self.pad_token_id, device=device)  # [B, T]
@@ -173,7 +191,7 @@ class EmbeddedEngine(Resident):
                 params, row_ids, active, tokens = params.select(keep), row_ids[keep], active[keep], tokens[keep]
                 full_mask, next_position = full_mask[keep], next_position[keep]
             feed = tokens.masked_fill(~active, self.pad_token_id).unsqueeze(-1)  # [R, 1]
-            logits = self._forward(feed, full_mask[:, : prompt_len + step + 1], next_position, cache)  # [R, V]
+            logits = decode(feed, full_mask[:, : prompt_len + step + 1], next_position, cache)  # [R, V]
             next_position = next_position + 1  # [R, 1]
         return self._to_generations(tokens_out, logprobs_out, num_tokens, stopped)
 
@@ -262,4 +280,7 @@ def build_embedded_engine(spec) -> EmbeddedEngine:
     device = resolve(spec.device)
     check_bf16(component_bf16_requests(spec.model.dtype, engine_dtype=dtype), device, allow_emulated=spec.allow_emulated_bf16)
     model = place(load_model(spec.model.path, dtype), device).eval().requires_grad_(False)
-    return EmbeddedEngine(model, pad_token_id=spec.pad_token_id, max_batch_size=spec.rollout.max_batch_size)
+    return EmbeddedEngine(
+        model, pad_token_id=spec.pad_token_id, max_batch_size=spec.rollout.max_batch_size,
+        decoder=spec.engine.embedded.decoder,
+    )

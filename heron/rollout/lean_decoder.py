@@ -1,0 +1,181 @@
+"""The embedded engine's decode step for Llama-family models, without transformers' per-call
+machinery (issue 14.4).
+
+Why: one decode step feeds one token per row, so the model's matmuls are small and what
+transformers does around them every token weighs: building the attention mask, recomputing the
+RoPE cos/sin, output capturing, kwarg deprecation shims and module-call wrappers. Measured on
+this project's 2-core CPU machine (3.2 M-parameter Qwen3, 32 rows, float32): the HF forward took
+~5.7-7.7 ms a step, of which the linear layers ~2.6 ms; this step 4.4-5.2 ms (bench/engine.py
+has the side-by-side figure for the whole engine).
+
+What it computes is the HF forward's own arithmetic, operation for operation, on the model's
+own parameters (read at each step, so weight pushes and residency need nothing extra). With
+``R`` rows, ``H`` hidden size and ``x`` [R, 1, H] the embedding of each row's newest token, per
+decoder layer:
+
+    h       = rmsnorm(x)                       rmsnorm(z) = w * (z / sqrt(mean(z^2) + eps))
+    q, k, v = W_q h + b_q, W_k h + b_k, W_v h + b_v       (biases: Qwen2, Llama attention_bias)
+    q, k    = rmsnorm_head(q), rmsnorm_head(k)            (Qwen3 only: per head, before RoPE)
+    q, k    = q cos(p) + rot(q) sin(p), k cos(p) + rot(k) sin(p)     (p: the row's position)
+    x       = x + W_o sdpa(q, K[:n], V[:n], padding mask)   (k, v appended to the cache first)
+    x       = x + W_down (silu(W_gate rmsnorm(x)) * W_up rmsnorm(x))
+and logits = W_head rmsnorm(x). Attention is transformers' own SDPA function, called with the
+mask transformers would build (None when no column of any row is padding), so the kernel and
+its GQA handling are the same; the RMSNorm is written as transformers writes it (a fused
+``F.rms_norm`` rounds bf16 differently). ``tests/unit/test_lean_decoder.py`` checks tokens and
+logprobs against the HF forward for Llama, Qwen2 and Qwen3 models, in float32 and bfloat16.
+
+Which models: ``unsupported_reason`` names why a model is not taken (another model type,
+sliding-window layers, a RoPE that changes its frequencies with the sequence length, adapters or
+other modules in place of the plain linears, an attention implementation other than sdpa, a
+model in training mode); the engine then decodes with the HF forward. A batch also goes to the
+HF forward when any module carries a forward hook (a user's, or the residency layer's sleep
+guard), so hooks keep firing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+MODEL_TYPES = ("llama", "qwen2", "qwen3")
+QK_NORM_TYPES = ("qwen3",)  # RMSNorm of each query and key head before RoPE
+DYNAMIC_ROPE = ("dynamic", "longrope")  # transformers' dynamic_rope_update recomputes these per forward
+
+DecodeStep = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, object], torch.Tensor]
+
+
+def unsupported_reason(model: torch.nn.Module) -> str | None:
+    """None when ``LeanDecoder`` computes ``model``'s decode step, else why not (one phrase)."""
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", None)
+    if model_type not in MODEL_TYPES:
+        return f"model type {model_type!r} (the lean decode step knows {', '.join(MODEL_TYPES)})"
+    if getattr(config, "_attn_implementation", None) != "sdpa":
+        return f"attention implementation {config._attn_implementation!r} (needs sdpa)"
+    if any(kind != "full_attention" for kind in getattr(config, "layer_types", None) or ()):
+        return "sliding-window layers"
+    if getattr(config, "hidden_act", None) != "silu":
+        return f"activation {config.hidden_act!r} (needs silu)"
+    rope_type = getattr(getattr(getattr(model, "model", None), "rotary_emb", None), "rope_type", None)
+    if not isinstance(rope_type, str) or any(kind in rope_type for kind in DYNAMIC_ROPE):
+        return f"RoPE type {rope_type!r} (needs frequencies fixed at load time)"
+    try:
+        _check_modules(model)
+    except (AttributeError, TypeError) as err:
+        return str(err)
+    return None
+
+
+def _check_modules(model: torch.nn.Module) -> None:
+    """Raises TypeError/AttributeError unless every module the step reads is the plain kind."""
+    def plain(module, kind, name):
+        if type(module) is not kind:
+            raise TypeError(f"{name} is a {type(module).__name__}, not a plain {kind.__name__}")
+
+    plain(model.lm_head, torch.nn.Linear, "lm_head")
+    plain(model.model.embed_tokens, torch.nn.Embedding, "embed_tokens")
+    norms = [model.model.norm]
+    for i, layer in enumerate(model.model.layers):
+        attn, mlp = layer.self_attn, layer.mlp
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            plain(getattr(attn, name), torch.nn.Linear, f"layers.{i}.self_attn.{name}")
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            plain(getattr(mlp, name), torch.nn.Linear, f"layers.{i}.mlp.{name}")
+        norms += [layer.input_layernorm, layer.post_attention_layernorm]
+        if model.config.model_type in QK_NORM_TYPES:
+            norms += [attn.q_norm, attn.k_norm]
+    for norm in norms:
+        if not type(norm).__name__.endswith("RMSNorm") or not isinstance(getattr(norm, "variance_epsilon", None), float):
+            raise TypeError(f"{type(norm).__name__} is not a transformers RMSNorm")
+
+
+def _rms_norm(x: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
+    """transformers' RMSNorm (Llama, Qwen2, Qwen3), written out: statistics in float32, the
+    weight applied after the cast back to the input dtype."""
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    return norm.weight * h.to(x.dtype)
+
+
+def _linear(x: torch.Tensor, linear: torch.nn.Linear) -> torch.Tensor:
+    """A plain ``nn.Linear``'s forward without the module call (``_check_modules`` made sure it is one)."""
+    return F.linear(x, linear.weight, linear.bias)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x cos + rotate_half(x) sin; x [R, heads, 1, D], cos/sin [R, 1, 1, D]."""
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def _has_hooks(model: torch.nn.Module) -> bool:
+    return any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()) or bool(
+        torch.nn.modules.module._global_forward_hooks or torch.nn.modules.module._global_forward_pre_hooks
+    )
+
+
+class LeanDecoder:
+    """Builds the decode step of one supported model (``unsupported_reason(model) is None``)."""
+
+    def __init__(self, model: torch.nn.Module):
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        reason = unsupported_reason(model)
+        if reason is not None:
+            raise ValueError(f"LeanDecoder: unsupported model: {reason}")
+        self.model = model
+        self._attention = sdpa_attention_forward
+        self._qk_norm = model.config.model_type in QK_NORM_TYPES
+
+    def session(self, num_positions: int) -> DecodeStep | None:
+        """The decode step for one batch whose positions stay below ``num_positions``, or None
+        when this batch must use the HF forward (a module carries a forward hook). The RoPE
+        table it holds lives as long as the batch, like the KV cache."""
+        if _has_hooks(self.model) or self.model.training:
+            return None
+        embed = self.model.model.embed_tokens.weight
+        positions = torch.arange(num_positions, device=embed.device).unsqueeze(0)  # [1, N]
+        cos, sin = self.model.model.rotary_emb(embed[:1].unsqueeze(0), positions)  # [1, N, D] each
+        return _Step(self, cos[0], sin[0])
+
+    def _layer(self, layer, x, cos, sin, mask, cache_layer) -> torch.Tensor:
+        """One decoder layer on x [R, 1, H] -> [R, 1, H]; writes this token's keys and values."""
+        attn = layer.self_attn
+        rows, head_dim = x.shape[0], attn.head_dim
+        h = _rms_norm(x, layer.input_layernorm)  # [R, 1, H]
+        q = _linear(h, attn.q_proj).view(rows, 1, -1, head_dim)  # [R, 1, heads, D]
+        k = _linear(h, attn.k_proj).view(rows, 1, -1, head_dim)  # [R, 1, kv_heads, D]
+        v = _linear(h, attn.v_proj).view(rows, 1, -1, head_dim).transpose(1, 2)  # [R, kv_heads, 1, D]
+        if self._qk_norm:
+            q, k = _rms_norm(q, attn.q_norm), _rms_norm(k, attn.k_norm)
+        q, k = _rotate(q.transpose(1, 2), cos, sin), _rotate(k.transpose(1, 2), cos, sin)
+        keys, values = cache_layer.update(k, v)  # [R, kv_heads, n, D] each
+        out, _ = self._attention(attn, q, keys, values, mask, dropout=0.0, scaling=attn.scaling)  # [R, 1, heads, D]
+        x = x + _linear(out.reshape(rows, 1, -1), attn.o_proj)
+        h = _rms_norm(x, layer.post_attention_layernorm)
+        mlp = layer.mlp
+        return x + _linear(F.silu(_linear(h, mlp.gate_proj)) * _linear(h, mlp.up_proj), mlp.down_proj)
+
+
+class _Step:
+    """One batch's decode step: (input_ids [R, 1], attention_mask [R, n], position_ids [R, 1],
+    cache) -> next-token logits [R, V] in float32, the cache advanced by one position."""
+
+    def __init__(self, decoder: LeanDecoder, cos: torch.Tensor, sin: torch.Tensor):
+        self.decoder, self.cos, self.sin = decoder, cos, sin  # [N, D] each
+
+    def __call__(self, input_ids, attention_mask, position_ids, cache) -> torch.Tensor:
+        model = self.decoder.model.model
+        cos = self.cos[position_ids].unsqueeze(1)  # [R, 1, 1, D]
+        sin = self.sin[position_ids].unsqueeze(1)  # [R, 1, 1, D]
+        # transformers' SDPA mask for one query per row: None when nothing is padded, else
+        # True where a row may attend; [R, 1, 1, n]
+        mask = None if bool(attention_mask.all()) else attention_mask.bool()[:, None, None, :]
+        x = model.embed_tokens(input_ids)  # [R, 1, H]
+        for layer, cache_layer in zip(model.layers, cache.layers, strict=True):
+            x = self.decoder._layer(layer, x, cos, sin, mask, cache_layer)
+        x = _rms_norm(x, model.norm)
+        return _linear(x, self.decoder.model.lm_head)[:, -1, :].float()  # [R, V]

@@ -1,0 +1,164 @@
+"""The lean decode step (heron.rollout.lean_decoder) against the HF forward it replaces.
+
+Both run the same operations in the same order on the same parameters (rule 1 of
+tests/tolerance.py): the engine's tokens and logprobs must be bit-identical with
+``decoder="auto"`` (lean) and ``decoder="hf"``, for every architecture the step knows, in float32
+and bfloat16, on GRPO-shaped batches (left padding, stop tokens, per-row lengths, greedy, top-p).
+The models get random norm weights and biases, so a step that skipped or reordered any of them
+would show; every model is saved and loaded back with ``from_pretrained``, as a user's would be.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from heron.records import GenerationRequest, SamplingParams
+from heron.rollout import EmbeddedEngine
+from heron.rollout.lean_decoder import unsupported_reason
+
+VOCAB, PAD = 96, 0
+PROMPTS = [[5, 6, 7, 8, 9, 10], [11], [12, 13, 14], [15, 16, 17, 18, 19, 20, 21, 22, 23, 24], [30, 31]]
+STOP = tuple(range(1, 7))
+
+
+def _config(kind: str):
+    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+
+    common = dict(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, pad_token_id=PAD, bos_token_id=None, eos_token_id=1,
+        tie_word_embeddings=False,
+    )
+    if kind == "qwen3":
+        return Qwen3Config(**common, head_dim=16)
+    if kind == "qwen2":
+        return Qwen2Config(**common)
+    if kind == "llama-bias":
+        return LlamaConfig(**common, attention_bias=True, mlp_bias=True)
+    if kind == "llama3-rope":
+        rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+        return LlamaConfig(**common, rope_parameters=rope)
+    raise ValueError(kind)
+
+
+def _model_dir(tmp_path_factory, kind: str):
+    """A random model of ``kind``, every parameter (norm weights and biases too) drawn from a
+    normal wide enough that the next-token distributions are far from uniform."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(_config(kind))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.copy_(1 + 0.3 * torch.randn_like(param) if "norm" in name else 0.3 * torch.randn_like(param))
+    folder = tmp_path_factory.mktemp(kind)
+    model.save_pretrained(folder)
+    return folder
+
+
+ARCHITECTURES = ["qwen3", "qwen2", "llama-bias", "llama3-rope"]
+
+
+@pytest.fixture(scope="module", params=ARCHITECTURES)
+def model_dir(request, tmp_path_factory):
+    return _model_dir(tmp_path_factory, request.param)
+
+
+def _requests() -> list[GenerationRequest]:
+    requests = []
+    for k, prompt in enumerate(PROMPTS):
+        for i in range(4):
+            params = SamplingParams(
+                max_new_tokens=20 if i % 3 else 6, temperature=0.8 if k % 2 else 1.0, top_p=0.9 if k == 1 else 1.0,
+                stop_token_ids=STOP if i != 1 else (), seed=100 * k + i, greedy=k == 4 and i == 0,
+            )
+            requests.append(GenerationRequest(prompt, params))
+    return requests
+
+
+def _engines(model_dir, dtype):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval().requires_grad_(False)
+    lean = EmbeddedEngine(model, pad_token_id=PAD)
+    hf = EmbeddedEngine(model, pad_token_id=PAD, decoder="hf")
+    return lean, hf
+
+
+@pytest.mark.portability
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_lean_decoding_is_bit_identical_to_the_hf_forward(model_dir, dtype):
+    lean, hf = _engines(model_dir, dtype)
+    assert (lean.decoder, hf.decoder) == ("lean", "hf"), lean.decoder_reason
+    requests = _requests()
+    expected, actual = hf.generate(requests), lean.generate(requests)
+    assert len({len(g.tokens) for g in expected}) >= 4 and {g.finish_reason for g in expected} == {"stop", "length"}
+    assert [g.tokens for g in actual] == [g.tokens for g in expected]
+    assert [g.logprobs for g in actual] == [g.logprobs for g in expected]
+    assert [g.finish_reason for g in actual] == [g.finish_reason for g in expected]
+
+
+def test_a_forward_hook_sends_the_batch_to_the_hf_forward(tmp_path_factory):
+    """Hooks keep firing: a batch whose model carries a forward hook decodes with the HF forward
+    (the residency layer's sleep guard is such a hook), and gives the same result."""
+    lean, hf = _engines(_model_dir(tmp_path_factory, "qwen3"), torch.float32)
+    requests = _requests()[:4]
+    expected = hf.generate(requests)
+    calls = []
+    handle = lean.model.model.layers[1].mlp.register_forward_hook(lambda *args: calls.append(1))
+    try:
+        actual = lean.generate(requests)
+    finally:
+        handle.remove()
+    steps = max(len(g.tokens) for g in expected)
+    assert len(calls) == steps  # the prefill and every decode step but the last ran the hooked module
+    assert [g.tokens for g in actual] == [g.tokens for g in expected]
+    assert [g.logprobs for g in actual] == [g.logprobs for g in expected]
+
+
+def _unsupported(tmp_path_factory, change) -> str | None:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(_model_dir(tmp_path_factory, "qwen3")).eval()
+    change(model)
+    return unsupported_reason(model)
+
+
+def test_models_the_step_does_not_know_decode_with_the_hf_forward(tmp_path_factory):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=1, n_head=2)).eval()
+    assert "model type 'gpt2'" in unsupported_reason(gpt2)
+    engine = EmbeddedEngine(gpt2, pad_token_id=PAD)
+    assert engine.decoder == "hf" and "gpt2" in engine.decoder_reason
+    assert len(engine.generate(_requests()[:2])[0].tokens) > 0
+
+    def eager(model):
+        model.config._attn_implementation = "eager"
+
+    def sliding(model):
+        model.config.layer_types = ["sliding_attention"] * model.config.num_hidden_layers
+
+    def dynamic_rope(model):
+        model.model.rotary_emb.rope_type = "dynamic"
+
+    def wrapped_linear(model):
+        model.model.layers[0].mlp.up_proj = torch.nn.Sequential(model.model.layers[0].mlp.up_proj)
+
+    def gelu(model):
+        model.config.hidden_act = "gelu"
+
+    assert "attention implementation 'eager'" in _unsupported(tmp_path_factory, eager)
+    assert "sliding-window" in _unsupported(tmp_path_factory, sliding)
+    assert "RoPE type 'dynamic'" in _unsupported(tmp_path_factory, dynamic_rope)
+    assert "layers.0.mlp.up_proj is a Sequential" in _unsupported(tmp_path_factory, wrapped_linear)
+    assert "activation 'gelu'" in _unsupported(tmp_path_factory, gelu)
+    assert _unsupported(tmp_path_factory, lambda model: None) is None
+
+
+def test_decoder_must_be_auto_or_hf(tmp_path_factory):
+    lean, _ = _engines(_model_dir(tmp_path_factory, "qwen2"), torch.float32)
+    with pytest.raises(ValueError, match="decoder must be one of"):
+        EmbeddedEngine(lean.model, pad_token_id=PAD, decoder="fast")
