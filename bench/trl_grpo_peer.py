@@ -3,7 +3,9 @@
 TRL's GRPOTrainer on a local model folder and a JSONL of {"prompt", "label"} rows, with the
 reward heron computes in bench/vs_trl.py (bench/length_reward.py, next to this file); one
 optimizer step per rollout.
-Writes {"step_s": [...]} (wall seconds of each optimizer step, generation included) to argv[3].
+Writes {"step_s": [...], "generate_s": [...]} to argv[3]: wall seconds of each optimizer step
+(generation included) and of the generation inside it (GRPOTrainer._generate: the policy's
+``generate`` and decoding the completions).
 
     .venv-trl/bin/python bench/trl_grpo_peer.py MODEL_DIR DATA.jsonl OUT.json NUM_STEPS PROMPTS SAMPLES NEW_TOKENS LR PRECISION
 """
@@ -23,6 +25,7 @@ def main() -> None:
     model_dir, data, out, num_steps, prompts, samples, new_tokens, lr, precision = sys.argv[1:10]
     samples = int(samples)
     times: list[float] = []
+    generate_times: list[float] = [0.0]
 
     class StepTimes(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
@@ -30,6 +33,7 @@ def main() -> None:
 
         def on_step_end(self, args, state, control, **kwargs):
             times.append(time.perf_counter() - self.start)
+            generate_times.append(0.0)
 
     cfg = GRPOConfig(
         output_dir=f"{out}.trainer", max_steps=int(num_steps), per_device_train_batch_size=int(prompts) * samples,
@@ -41,9 +45,19 @@ def main() -> None:
     trainer = GRPOTrainer(model=model_dir, reward_funcs=completion_lengths, args=cfg,
                           train_dataset=load_dataset("json", data_files=data, split="train"))
     trainer.add_callback(StepTimes())
+    generate = trainer._generate
+
+    def timed_generate(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            generate_times[-1] += time.perf_counter() - start
+
+    trainer._generate = timed_generate
     trainer.train()
     with open(out, "w") as f:
-        json.dump({"step_s": times}, f)
+        json.dump({"step_s": times, "generate_s": generate_times[: len(times)]}, f)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ Each run is a fresh process (heron: ``heron train``; TRL: bench/trl_grpo_peer.py
 and runs alternate heron/TRL, then TRL/heron, so both share the machine's noise. A step's time
 is the wall time of one rollout: generation, reward, training step (heron: ``time/rollout_s``;
 TRL: on_step_begin to on_step_end). Start-up and step 1 (warm-up) are left out: each run's
-figure is the median of steps 2..NUM_STEPS, each side's the median over its rounds.
+figure is the median of steps 2..NUM_STEPS, each side's the median over its rounds. Each run's
+line also gives the generation inside the step (heron: ``time/generate_s``; TRL: its
+``GRPOTrainer._generate``), so the rest of the step (reward, training) reads off the difference.
 
 TRL lives in its own venv (``.venv-trl``, requirements-trl.txt: trl 1.16.0 with heron's torch,
 transformers and tokenizers pins), created here when missing (~2 min); ``--no-venv`` skips the
@@ -79,8 +81,8 @@ def _env() -> dict[str, str]:
             "TOKENIZERS_PARALLELISM": "false", "RAY_AUTH_MODE": "disabled"}
 
 
-def heron_steps(model_dir: Path, data: Path, run_dir: Path, precision: str) -> list[float]:
-    """One fresh ``heron train`` run -> wall seconds of each rollout step."""
+def heron_steps(model_dir: Path, data: Path, run_dir: Path, precision: str) -> tuple[list[float], list[float]]:
+    """One fresh ``heron train`` run -> wall seconds of each rollout step, and of its generation."""
     overrides = [
         f"model.path={model_dir}", f"data.path={data}", f"run.dir={run_dir}", f"rollout.num_rollouts={NUM_STEPS}",
         f"rollout.batch_size={PROMPTS}", f"rollout.samples_per_prompt={SAMPLES}", f"rollout.max_new_tokens={NEW_TOKENS}",
@@ -90,14 +92,16 @@ def heron_steps(model_dir: Path, data: Path, run_dir: Path, precision: str) -> l
     ]
     _run([str(REPO / ".venv" / "bin" / "heron"), "train", *overrides])
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [r["time/rollout_s"] for r in records]
+    return [r["time/rollout_s"] for r in records], [r["time/generate_s"] for r in records]
 
 
-def trl_steps(python: Path, model_dir: Path, data: Path, out: Path, precision: str) -> list[float]:
-    """One fresh TRL GRPOTrainer run (bench/trl_grpo_peer.py) -> wall seconds of each step."""
+def trl_steps(python: Path, model_dir: Path, data: Path, out: Path, precision: str) -> tuple[list[float], list[float]]:
+    """One fresh TRL GRPOTrainer run (bench/trl_grpo_peer.py) -> wall seconds of each step, and of
+    its generation."""
     args = [str(model_dir), str(data), str(out), NUM_STEPS, PROMPTS, SAMPLES, NEW_TOKENS, LR, precision]
     _run([str(python), str(REPO / "bench" / "trl_grpo_peer.py"), *map(str, args)])
-    return json.loads(out.read_text())["step_s"]
+    times = json.loads(out.read_text())
+    return times["step_s"], times["generate_s"]
 
 
 def bench_model(name: str, python: Path | None, tmp: Path, rounds: int, precision: str) -> float | None:
@@ -113,11 +117,12 @@ def bench_model(name: str, python: Path | None, tmp: Path, rounds: int, precisio
             if side == "trl" and python is None:
                 continue
             out = tmp / name / f"{side}-{round_id}"
-            steps = (heron_steps(model_dir, data, out, precision) if side == "heron"
-                     else trl_steps(python, model_dir, data, out.with_suffix(".json"), precision))
-            assert len(steps) == NUM_STEPS, (side, steps)
+            steps, generation = (heron_steps(model_dir, data, out, precision) if side == "heron"
+                                 else trl_steps(python, model_dir, data, out.with_suffix(".json"), precision))
+            assert len(steps) == NUM_STEPS == len(generation), (side, steps, generation)
             medians[side].append(statistics.median(steps[1:]))
-            print(f"  {name} round {round_id} {side}: median {medians[side][-1]:.3f} s/step (steps 2-{NUM_STEPS}: "
+            print(f"  {name} round {round_id} {side}: median {medians[side][-1]:.3f} s/step, of which generation "
+                  f"{statistics.median(generation[1:]):.3f} s (steps 2-{NUM_STEPS}: "
                   + " ".join(f"{s:.2f}" for s in steps[1:]) + ")", flush=True)
     if python is None:
         return None

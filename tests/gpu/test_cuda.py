@@ -275,3 +275,27 @@ def test_the_critic_trains_on_the_gpu_and_hands_values_to_the_host(assets):
     assert values.device.type == "cpu" and values.shape == batch.loss_mask.shape and bool(values.abs().sum() > 0)
     assert all(math.isfinite(v) for v in metrics.values() if not math.isnan(v))
     assert {p.dtype for p in critic.model.parameters()} == {torch.float32}
+
+
+# --- the lean decode step on CUDA (heron.rollout.lean_decoder) -----------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_lean_decoding_is_bit_identical_to_the_hf_forward_on_cuda(dtype):
+    """The same operations on the same device: the lean step and the HF forward give the same
+    tokens and logprobs, as on CPU (tests/unit/test_lean_decoder.py); the wall times are printed."""
+    import time
+
+    model = _model(dtype).eval().requires_grad_(False)
+    lean, hf = EmbeddedEngine(model, pad_token_id=0), EmbeddedEngine(model, pad_token_id=0, decoder="hf")
+    assert lean.decoder == "lean", lean.decoder_reason
+    requests = [GenerationRequest(list(range(1, 9 + i % 5)), SamplingParams(max_new_tokens=64, seed=i, stop_token_ids=(7,)))
+                for i in range(32)]
+    times = {}
+    for name, engine in [("hf", hf), ("lean", lean), ("hf", hf), ("lean", lean)]:  # the first of each warms up
+        start = time.perf_counter()
+        generations = engine.generate(requests)
+        torch.cuda.synchronize()
+        times[name] = (time.perf_counter() - start, generations)
+    (hf_s, expected), (lean_s, actual) = times["hf"], times["lean"]
+    print(f"lean decode on cuda, {dtype}: hf {hf_s:.3f} s, lean {lean_s:.3f} s, x{hf_s / lean_s:.2f}")
+    assert [g.tokens for g in actual] == [g.tokens for g in expected]
+    assert [g.logprobs for g in actual] == [g.logprobs for g in expected]
