@@ -87,17 +87,19 @@ def _check_modules(model: torch.nn.Module) -> None:
         norms += [layer.input_layernorm, layer.post_attention_layernorm]
         if model.config.model_type in QK_NORM_TYPES:
             norms += [attn.q_norm, attn.k_norm]
+            if attn.q_norm.variance_epsilon != attn.k_norm.variance_epsilon:
+                raise TypeError(f"layers.{i}: q_norm and k_norm have different epsilons")
     for norm in norms:
         if not type(norm).__name__.endswith("RMSNorm") or not isinstance(getattr(norm, "variance_epsilon", None), float):
             raise TypeError(f"{type(norm).__name__} is not a transformers RMSNorm")
 
 
-def _rms_norm(x: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
+def _rms_norm(x: torch.Tensor, norm: torch.nn.Module, weight: torch.Tensor | None = None) -> torch.Tensor:
     """transformers' RMSNorm (Llama, Qwen2, Qwen3), written out: statistics in float32, the
-    weight applied after the cast back to the input dtype."""
+    weight (``norm``'s, or ``weight`` when given) applied after the cast back to the input dtype."""
     h = x.to(torch.float32)
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    return norm.weight * h.to(x.dtype)
+    return (norm.weight if weight is None else weight) * h.to(x.dtype)
 
 
 def _linear(x: torch.Tensor, linear: torch.nn.Linear) -> torch.Tensor:
@@ -139,19 +141,35 @@ class LeanDecoder:
         embed = self.model.model.embed_tokens.weight
         positions = torch.arange(num_positions, device=embed.device).unsqueeze(0)  # [1, N]
         cos, sin = self.model.model.rotary_emb(embed[:1].unsqueeze(0), positions)  # [1, N, D] each
-        return _Step(self, cos[0], sin[0])
+        return _Step(self, cos[0], sin[0], self._qk_norm_weights())
 
-    def _layer(self, layer, x, cos, sin, mask, cache_layer) -> torch.Tensor:
-        """One decoder layer on x [R, 1, H] -> [R, 1, H]; writes this token's keys and values."""
+    def _qk_norm_weights(self) -> list[torch.Tensor | None]:
+        """Per layer, q_norm's weight repeated for every query head then k_norm's for every key
+        head [heads + kv_heads, D], so one RMSNorm covers a step's queries and keys (the same
+        per-row arithmetic as two); None per layer for models without the norms."""
+        config, layers = self.model.config, self.model.model.layers
+        if not self._qk_norm:
+            return [None] * len(layers)
+        heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+        return [torch.cat([a.q_norm.weight.expand(heads, -1), a.k_norm.weight.expand(kv_heads, -1)])
+                for a in (layer.self_attn for layer in layers)]
+
+    def _layer(self, layer, x, cos, sin, mask, cache_layer, qk_weight) -> torch.Tensor:
+        """One decoder layer on x [R, 1, H] -> [R, 1, H]; writes this token's keys and values.
+        Queries and keys go through their RMSNorm and RoPE together (elementwise per head: the
+        same arithmetic as apart, in fewer kernel calls)."""
         attn = layer.self_attn
         rows, head_dim = x.shape[0], attn.head_dim
         h = _rms_norm(x, layer.input_layernorm)  # [R, 1, H]
         q = _linear(h, attn.q_proj).view(rows, 1, -1, head_dim)  # [R, 1, heads, D]
         k = _linear(h, attn.k_proj).view(rows, 1, -1, head_dim)  # [R, 1, kv_heads, D]
         v = _linear(h, attn.v_proj).view(rows, 1, -1, head_dim).transpose(1, 2)  # [R, kv_heads, 1, D]
-        if self._qk_norm:
-            q, k = _rms_norm(q, attn.q_norm), _rms_norm(k, attn.k_norm)
-        q, k = _rotate(q.transpose(1, 2), cos, sin), _rotate(k.transpose(1, 2), cos, sin)
+        heads = q.shape[2]
+        qk = torch.cat([q, k], dim=2)  # [R, 1, heads + kv_heads, D]
+        if qk_weight is not None:
+            qk = _rms_norm(qk, attn.q_norm, qk_weight)
+        qk = _rotate(qk.transpose(1, 2), cos, sin)  # [R, heads + kv_heads, 1, D]
+        q, k = qk[:, :heads], qk[:, heads:]
         keys, values = cache_layer.update(k, v)  # [R, kv_heads, n, D] each
         out, _ = self._attention(attn, q, keys, values, mask, dropout=0.0, scaling=attn.scaling)  # [R, 1, heads, D]
         x = x + _linear(out.reshape(rows, 1, -1), attn.o_proj)
@@ -164,8 +182,9 @@ class _Step:
     """One batch's decode step: (input_ids [R, 1], attention_mask [R, n], position_ids [R, 1],
     cache) -> next-token logits [R, V] in float32, the cache advanced by one position."""
 
-    def __init__(self, decoder: LeanDecoder, cos: torch.Tensor, sin: torch.Tensor):
+    def __init__(self, decoder: LeanDecoder, cos: torch.Tensor, sin: torch.Tensor, qk_weights: list):
         self.decoder, self.cos, self.sin = decoder, cos, sin  # [N, D] each
+        self.qk_weights = qk_weights  # per layer [heads + kv_heads, D] or None
 
     def __call__(self, input_ids, attention_mask, position_ids, cache) -> torch.Tensor:
         model = self.decoder.model.model
@@ -175,7 +194,7 @@ class _Step:
         # True where a row may attend; [R, 1, 1, n]
         mask = None if bool(attention_mask.all()) else attention_mask.bool()[:, None, None, :]
         x = model.embed_tokens(input_ids)  # [R, 1, H]
-        for layer, cache_layer in zip(model.layers, cache.layers, strict=True):
-            x = self.decoder._layer(layer, x, cos, sin, mask, cache_layer)
+        for layer, cache_layer, qk_weight in zip(model.layers, cache.layers, self.qk_weights, strict=True):
+            x = self.decoder._layer(layer, x, cos, sin, mask, cache_layer, qk_weight)
         x = _rms_norm(x, model.norm)
         return _linear(x, self.decoder.model.lm_head)[:, -1, :].float()  # [R, V]
