@@ -231,3 +231,25 @@ def fused_optimizer_supported(params: list[torch.Tensor]) -> bool:
     return bool(params) and all(
         not isinstance(p.data, DTensor) and p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params
     )
+
+
+def packed_linear_weight(weight: torch.Tensor, rows: int) -> torch.Tensor | None:
+    """``weight`` [N, K] of a linear layer reordered once into oneDNN's blocked layout for about
+    ``rows`` input rows, for ``packed_linear``; None where there is no such kernel (a device other
+    than the CPU, a torch without oneDNN, another dtype). Why: a decode step's linears have few
+    rows, and torch's CPU linear re-reads the weight in its plain layout every call; measured on a
+    2-core AMD EPYC (avx512-bf16, no AMX), 32 rows, the 25 M model's shapes: float32 1.3-1.8x
+    torch's MKL sgemm, bfloat16 1.25-1.75x torch's own oneDNN call (bit-identical there)."""
+    if weight.device.type != "cpu" or weight.dtype not in (torch.float32, torch.bfloat16):
+        return None
+    if not torch.backends.mkldnn.is_available():
+        return None
+    try:
+        return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), max(rows, 1))
+    except (RuntimeError, AttributeError):  # a torch build without the op, or a CPU oneDNN refuses
+        return None
+
+
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [..., K] -> [..., N] through a weight from ``packed_linear_weight``: x W^T + b."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")

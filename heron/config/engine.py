@@ -76,10 +76,11 @@ class EmbeddedConfig:
         "(the trainer recomputes its own; the mismatch is logged and off-policy correction can use it).",
         "",
     )
-    decoder: Literal["auto", "hf"] = doc(
-        "What runs each decode step: auto = heron's lean step for Llama, Qwen2 and Qwen3 models (the HF forward's "
-        "arithmetic, bit-identical, without transformers' per-token mask, RoPE and wrapper work), the HF forward for "
-        "any other model; hf = always the model's forward (docs/engines.md).",
+    decoder: Literal["auto", "lean", "hf"] = doc(
+        "What runs each decode step: lean = heron's step for Llama, Qwen2 and Qwen3 models (the HF forward's "
+        "arithmetic without transformers' per-token mask, RoPE and wrapper work: bit-identical); auto = lean with, on "
+        "the CPU, the linears' weights packed for oneDNN once per batch (faster; float32 equal up to summation order); "
+        "hf = always the model's forward. Other models always decode with their forward (docs/engines.md).",
         "auto",
     )
 

@@ -35,7 +35,7 @@ from heron.rollout.request_checks import validate_request
 from heron.rollout.sampling import select_tokens
 from heron.weights.handle import WeightHandle
 
-DECODERS = ("auto", "hf")
+DECODERS = ("auto", "lean", "hf")
 
 
 def _left_pad(
@@ -68,9 +68,11 @@ class EmbeddedEngine(Resident):
     ):
         """``share_prompts``: prefill each distinct prompt of a batch once; ``drop_finished``: take
         finished rows out of the decode batch, keeping at least ``min_rows`` (heron.rollout.batch_rows);
-        ``decoder``: ``auto`` decodes with ``heron.rollout.lean_decoder`` where it supports the
-        model (the same arithmetic without transformers' per-call work), ``hf`` always with the
-        model's forward. The prefill always runs the model's forward."""
+        ``decoder``: ``lean`` decodes with ``heron.rollout.lean_decoder`` where it supports the
+        model (the HF forward's arithmetic without transformers' per-call work: bit-identical),
+        ``auto`` the same with the linears' weights packed for oneDNN once per batch on the CPU
+        (equal up to summation order), ``hf`` always with the model's forward. The prefill always
+        runs the model's forward."""
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if min_rows < 1:
@@ -84,7 +86,7 @@ class EmbeddedEngine(Resident):
         self._policy_version = policy_version
         self._cache_kwarg = _cache_kwarg(model)
         self.decoder_reason = "engine.embedded.decoder=hf" if decoder == "hf" else unsupported_reason(model)
-        self._lean = LeanDecoder(model) if self.decoder_reason is None else None
+        self._lean = LeanDecoder(model, pack_linears=decoder == "auto") if self.decoder_reason is None else None
 
     @property
     @host_only
@@ -162,7 +164,7 @@ class EmbeddedEngine(Resident):
         prompts = [r.prompt_tokens for r in requests]
         capacity = max(len(p) for p in prompts) + params.num_steps  # P + T
         cache = preallocated_cache(self.model.config, capacity)
-        decode = (self._lean.session(capacity) if self._lean is not None else None) or self._forward
+        decode = (self._lean.session(capacity, len(requests)) if self._lean is not None else None) or self._forward
         logits, full_mask, next_position = self._prefill(prompts, params.num_steps, cache)
         num_rows, prompt_len = len(requests), full_mask.shape[1] - params.num_steps
         tokens_out = torch.full((num_rows, params.num_steps), self.pad_token_id, device=device)  # [B, T]

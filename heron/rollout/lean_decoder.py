@@ -102,11 +102,6 @@ def _rms_norm(x: torch.Tensor, norm: torch.nn.Module, weight: torch.Tensor | Non
     return (norm.weight if weight is None else weight) * h.to(x.dtype)
 
 
-def _linear(x: torch.Tensor, linear: torch.nn.Linear) -> torch.Tensor:
-    """A plain ``nn.Linear``'s forward without the module call (``_check_modules`` made sure it is one)."""
-    return F.linear(x, linear.weight, linear.bias)
-
-
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x cos + rotate_half(x) sin; x [R, heads, 1, D], cos/sin [R, 1, 1, D]."""
     x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
@@ -120,28 +115,47 @@ def _has_hooks(model: torch.nn.Module) -> bool:
 
 
 class LeanDecoder:
-    """Builds the decode step of one supported model (``unsupported_reason(model) is None``)."""
+    """Builds the decode step of one supported model (``unsupported_reason(model) is None``).
+    ``pack_linears``: on the CPU, the step's linears use weights packed for oneDNN once per batch
+    (``heron.device.packed_linear_weight``); off, they are torch's own ``F.linear``."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, *, pack_linears: bool = True):
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         reason = unsupported_reason(model)
         if reason is not None:
             raise ValueError(f"LeanDecoder: unsupported model: {reason}")
         self.model = model
-        self._attention = sdpa_attention_forward
+        self.pack_linears = pack_linears
+        self.attention = sdpa_attention_forward
         self._qk_norm = model.config.model_type in QK_NORM_TYPES
 
-    def session(self, num_positions: int) -> DecodeStep | None:
-        """The decode step for one batch whose positions stay below ``num_positions``, or None
-        when this batch must use the HF forward (a module carries a forward hook). The RoPE
-        table it holds lives as long as the batch, like the KV cache."""
+    def session(self, num_positions: int, rows: int) -> DecodeStep | None:
+        """The decode step for one batch of ``rows`` rows whose positions stay below
+        ``num_positions``, or None when this batch must use the HF forward (a module carries a
+        forward hook). What it holds (the RoPE table, packed weights) lives as long as the batch,
+        like the KV cache."""
         if _has_hooks(self.model) or self.model.training:
             return None
         embed = self.model.model.embed_tokens.weight
         positions = torch.arange(num_positions, device=embed.device).unsqueeze(0)  # [1, N]
         cos, sin = self.model.model.rotary_emb(embed[:1].unsqueeze(0), positions)  # [1, N, D] each
-        return _Step(self, cos[0], sin[0], self._qk_norm_weights())
+        packed = self._packed_weights(rows) if self.pack_linears else {}
+        return _Step(self, cos[0], sin[0], self._qk_norm_weights(), packed)
+
+    def _packed_weights(self, rows: int) -> dict[torch.nn.Module, torch.Tensor]:
+        """Every linear of the step -> its weight packed for ``rows`` rows; empty where the
+        device has no packed kernel."""
+        from heron.device import packed_linear_weight
+
+        packed = {}
+        for module in self.model.modules():
+            if type(module) is torch.nn.Linear:
+                weight = packed_linear_weight(module.weight, rows)
+                if weight is None:
+                    return {}
+                packed[module] = weight
+        return packed
 
     def _qk_norm_weights(self) -> list[torch.Tensor | None]:
         """Per layer, q_norm's weight repeated for every query head then k_norm's for every key
@@ -154,37 +168,15 @@ class LeanDecoder:
         return [torch.cat([a.q_norm.weight.expand(heads, -1), a.k_norm.weight.expand(kv_heads, -1)])
                 for a in (layer.self_attn for layer in layers)]
 
-    def _layer(self, layer, x, cos, sin, mask, cache_layer, qk_weight) -> torch.Tensor:
-        """One decoder layer on x [R, 1, H] -> [R, 1, H]; writes this token's keys and values.
-        Queries and keys go through their RMSNorm and RoPE together (elementwise per head: the
-        same arithmetic as apart, in fewer kernel calls)."""
-        attn = layer.self_attn
-        rows, head_dim = x.shape[0], attn.head_dim
-        h = _rms_norm(x, layer.input_layernorm)  # [R, 1, H]
-        q = _linear(h, attn.q_proj).view(rows, 1, -1, head_dim)  # [R, 1, heads, D]
-        k = _linear(h, attn.k_proj).view(rows, 1, -1, head_dim)  # [R, 1, kv_heads, D]
-        v = _linear(h, attn.v_proj).view(rows, 1, -1, head_dim).transpose(1, 2)  # [R, kv_heads, 1, D]
-        heads = q.shape[2]
-        qk = torch.cat([q, k], dim=2)  # [R, 1, heads + kv_heads, D]
-        if qk_weight is not None:
-            qk = _rms_norm(qk, attn.q_norm, qk_weight)
-        qk = _rotate(qk.transpose(1, 2), cos, sin)  # [R, heads + kv_heads, 1, D]
-        q, k = qk[:, :heads], qk[:, heads:]
-        keys, values = cache_layer.update(k, v)  # [R, kv_heads, n, D] each
-        out, _ = self._attention(attn, q, keys, values, mask, dropout=0.0, scaling=attn.scaling)  # [R, 1, heads, D]
-        x = x + _linear(out.reshape(rows, 1, -1), attn.o_proj)
-        h = _rms_norm(x, layer.post_attention_layernorm)
-        mlp = layer.mlp
-        return x + _linear(F.silu(_linear(h, mlp.gate_proj)) * _linear(h, mlp.up_proj), mlp.down_proj)
-
 
 class _Step:
     """One batch's decode step: (input_ids [R, 1], attention_mask [R, n], position_ids [R, 1],
     cache) -> next-token logits [R, V] in float32, the cache advanced by one position."""
 
-    def __init__(self, decoder: LeanDecoder, cos: torch.Tensor, sin: torch.Tensor, qk_weights: list):
+    def __init__(self, decoder: LeanDecoder, cos: torch.Tensor, sin: torch.Tensor, qk_weights: list, packed: dict):
         self.decoder, self.cos, self.sin = decoder, cos, sin  # [N, D] each
         self.qk_weights = qk_weights  # per layer [heads + kv_heads, D] or None
+        self.packed = packed  # nn.Linear -> packed weight (empty: torch's F.linear)
 
     def __call__(self, input_ids, attention_mask, position_ids, cache) -> torch.Tensor:
         model = self.decoder.model.model
@@ -195,6 +187,39 @@ class _Step:
         mask = None if bool(attention_mask.all()) else attention_mask.bool()[:, None, None, :]
         x = model.embed_tokens(input_ids)  # [R, 1, H]
         for layer, cache_layer, qk_weight in zip(model.layers, cache.layers, self.qk_weights, strict=True):
-            x = self.decoder._layer(layer, x, cos, sin, mask, cache_layer, qk_weight)
+            x = self._layer(layer, x, cos, sin, mask, cache_layer, qk_weight)
         x = _rms_norm(x, model.norm)
-        return _linear(x, self.decoder.model.lm_head)[:, -1, :].float()  # [R, V]
+        return self._linear(x, self.decoder.model.lm_head)[:, -1, :].float()  # [R, V]
+
+    def _linear(self, x: torch.Tensor, linear: torch.nn.Linear) -> torch.Tensor:
+        """A plain ``nn.Linear``'s forward (``_check_modules`` made sure it is one), without the
+        module call; through its packed weight when the batch has one."""
+        packed = self.packed.get(linear)
+        if packed is None:
+            return F.linear(x, linear.weight, linear.bias)
+        from heron.device import packed_linear
+
+        return packed_linear(x, packed, linear.bias)
+
+    def _layer(self, layer, x, cos, sin, mask, cache_layer, qk_weight) -> torch.Tensor:
+        """One decoder layer on x [R, 1, H] -> [R, 1, H]; writes this token's keys and values.
+        Queries and keys go through their RMSNorm and RoPE together (elementwise per head: the
+        same arithmetic as apart, in fewer kernel calls)."""
+        attn, linear = layer.self_attn, self._linear
+        rows, head_dim = x.shape[0], attn.head_dim
+        h = _rms_norm(x, layer.input_layernorm)  # [R, 1, H]
+        q = linear(h, attn.q_proj).view(rows, 1, -1, head_dim)  # [R, 1, heads, D]
+        k = linear(h, attn.k_proj).view(rows, 1, -1, head_dim)  # [R, 1, kv_heads, D]
+        v = linear(h, attn.v_proj).view(rows, 1, -1, head_dim).transpose(1, 2)  # [R, kv_heads, 1, D]
+        heads = q.shape[2]
+        qk = torch.cat([q, k], dim=2)  # [R, 1, heads + kv_heads, D]
+        if qk_weight is not None:
+            qk = _rms_norm(qk, attn.q_norm, qk_weight)
+        qk = _rotate(qk.transpose(1, 2), cos, sin)  # [R, heads + kv_heads, 1, D]
+        q, k = qk[:, :heads], qk[:, heads:]
+        keys, values = cache_layer.update(k, v)  # [R, kv_heads, n, D] each
+        out, _ = self.decoder.attention(attn, q, keys, values, mask, dropout=0.0, scaling=attn.scaling)  # [R, 1, heads, D]
+        x = x + linear(out.reshape(rows, 1, -1), attn.o_proj)
+        h = _rms_norm(x, layer.post_attention_layernorm)
+        mlp = layer.mlp
+        return x + linear(F.silu(linear(h, mlp.gate_proj)) * linear(h, mlp.up_proj), mlp.down_proj)

@@ -1,11 +1,17 @@
 """The lean decode step (heron.rollout.lean_decoder) against the HF forward it replaces.
 
-Both run the same operations in the same order on the same parameters (rule 1 of
-tests/tolerance.py): the engine's tokens and logprobs must be bit-identical with
-``decoder="auto"`` (lean) and ``decoder="hf"``, for every architecture the step knows, in float32
-and bfloat16, on GRPO-shaped batches (left padding, stop tokens, per-row lengths, greedy, top-p).
-The models get random norm weights and biases, so a step that skipped or reordered any of them
-would show; every model is saved and loaded back with ``from_pretrained``, as a user's would be.
+With torch's own linears (``decoder="lean"``) both run the same operations in the same order on
+the same parameters (rule 1 of tests/tolerance.py): the engine's tokens and logprobs must be
+bit-identical with ``decoder="lean"`` and ``decoder="hf"``, for every architecture the step knows,
+in float32 and bfloat16, on GRPO-shaped batches (left padding, stop tokens, per-row lengths,
+greedy, top-p). The models get random norm weights and biases, so a step that skipped or
+reordered any of them would show; every model is saved and loaded back with ``from_pretrained``,
+as a user's would be.
+
+The default (``decoder="auto"``) packs the linears' weights for oneDNN on the CPU: each linear
+is the same dot products summed in another order. ``packed_linear`` is checked against a
+float64 reference within the bound of its accumulation (rule 2) and its bf16 output rounding;
+the float32 engine's logprobs within the derived bound and its tokens exactly (rule 4).
 """
 
 from __future__ import annotations
@@ -13,9 +19,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+import math
+
+from heron.device import packed_linear, packed_linear_weight
 from heron.records import GenerationRequest, SamplingParams
 from heron.rollout import EmbeddedEngine
 from heron.rollout.lean_decoder import unsupported_reason
+from tests.tolerance import U_BF16, assert_logprobs_close, gamma, reduction_length
 
 VOCAB, PAD = 96, 0
 PROMPTS = [[5, 6, 7, 8, 9, 10], [11], [12, 13, 14], [15, 16, 17, 18, 19, 20, 21, 22, 23, 24], [30, 31]]
@@ -78,11 +88,11 @@ def _requests() -> list[GenerationRequest]:
     return requests
 
 
-def _engines(model_dir, dtype):
+def _engines(model_dir, dtype, decoder="lean"):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval().requires_grad_(False)
-    lean = EmbeddedEngine(model, pad_token_id=PAD)
+    lean = EmbeddedEngine(model, pad_token_id=PAD, decoder=decoder)
     hf = EmbeddedEngine(model, pad_token_id=PAD, decoder="hf")
     return lean, hf
 
@@ -98,6 +108,51 @@ def test_lean_decoding_is_bit_identical_to_the_hf_forward(model_dir, dtype):
     assert [g.tokens for g in actual] == [g.tokens for g in expected]
     assert [g.logprobs for g in actual] == [g.logprobs for g in expected]
     assert [g.finish_reason for g in actual] == [g.finish_reason for g in expected]
+
+
+@pytest.mark.portability
+def test_packed_linears_decode_within_the_summation_order_bound(model_dir):
+    """decoder="auto" (float32): tokens exactly the HF forward's, logprobs within
+    2 gamma(n) (|lp| + log V) (tests/tolerance.py rules 2 and 4)."""
+    auto, hf = _engines(model_dir, torch.float32, decoder="auto")
+    requests = _requests()
+    expected, actual = hf.generate(requests), auto.generate(requests)
+    assert [g.tokens for g in actual] == [g.tokens for g in expected]
+    config = auto.model.config
+    n = reduction_length(config, tokens=len(requests) * config.max_position_embeddings)
+    flat = lambda gens: [lp for g in gens for lp in g.logprobs]  # noqa: E731
+    assert_logprobs_close(flat(actual), flat(expected), n=n, log_vocab=math.log(config.vocab_size))
+
+
+@pytest.mark.portability
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_a_packed_linear_is_the_linear_up_to_round_off(dtype):
+    """One weight packed for 32 rows, used for every row count the decode loop shrinks to: each
+    output within its accumulation bound gamma(K) sum_k |x_k w_k| of the float64 product (both
+    kernels accumulate in float32), plus the rounding of the output to ``dtype``."""
+    torch.manual_seed(0)
+    in_features, out_features = 512, 384
+    weight, bias = torch.randn(out_features, in_features).to(dtype), torch.randn(out_features).to(dtype)
+    packed = packed_linear_weight(weight, 32)
+    if packed is None:  # oneDNN has no bf16 kernel on this CPU (e.g. AVX2 only): the step keeps F.linear
+        assert dtype == torch.bfloat16, "float32 packing is declined on a CPU torch with oneDNN"
+        return
+    rounding = 0.0 if dtype == torch.float32 else U_BF16
+    for rows in (32, 17, 16, 5, 1):
+        x = torch.randn(rows, 1, in_features).to(dtype)
+        exact = x.double() @ weight.double().T + bias.double()  # [rows, 1, out]
+        scale = x.double().abs() @ weight.double().abs().T + bias.double().abs()
+        bound = gamma(in_features + 1) * scale * (1 + rounding) + rounding * exact.abs()
+        for name, out in [("packed", packed_linear(x, packed, bias)), ("torch", torch.nn.functional.linear(x, weight, bias))]:
+            assert out.dtype == dtype and out.shape == exact.shape
+            excess = ((out.double() - exact).abs() - bound).max().item()
+            assert excess <= 0, (name, rows, excess)
+
+
+def test_packing_is_declined_where_there_is_no_packed_kernel():
+    assert packed_linear_weight(torch.randn(8, 8, dtype=torch.float64), 4) is None
+    assert packed_linear_weight(torch.randn(8, 8, dtype=torch.float16), 4) is None
+    assert packed_linear_weight(torch.randn(8, 8, device="meta"), 4) is None
 
 
 def test_a_forward_hook_sends_the_batch_to_the_hf_forward(tmp_path_factory):
@@ -162,3 +217,4 @@ def test_decoder_must_be_auto_or_hf(tmp_path_factory):
     lean, _ = _engines(_model_dir(tmp_path_factory, "qwen2"), torch.float32)
     with pytest.raises(ValueError, match="decoder must be one of"):
         EmbeddedEngine(lean.model, pad_token_id=PAD, decoder="fast")
+    assert EmbeddedEngine(lean.model, pad_token_id=PAD).decoder == "lean"  # auto: the lean step, packed
