@@ -14,8 +14,8 @@ gets the prompts repeated (``num_return_sequences`` does the same) and the stop 
 model), so this case compares samples/s; ``engine_before_14`` is the same engine with both
 off and the model's forward decoding (the decode loop before issue 14). ``engine_hf_decoder``
 is the engine with ``decoder="hf"``: what the lean decode step (heron.rollout.lean_decoder)
-adds; ``engine_lean_unpacked`` with ``decoder="lean"``: what packing the linears' weights adds. The last lines are ``engine: tokens_per_s_vs_generate=<embedded / generate>``,
-``vllm: ...`` when it ran, and ``engine_grpo: samples_per_s_vs_generate=<embedded / generate>``
+adds; ``engine_lean_unpacked`` with ``decoder="lean"``: what packing the linears' weights adds.
+The last lines are ``engine: tokens_per_s_vs_generate=<embedded / generate>``, ``vllm: ...`` when it ran, and ``engine_grpo: samples_per_s_vs_generate=<embedded / generate>``
 (> 1 means faster than generate). ``--model`` picks a size of bench/vs_trl.py (default 3M),
 ``--dtype`` the weights' dtype of every side (bfloat16: the engine as ``engine.embedded.dtype=bfloat16``).
 
@@ -141,7 +141,7 @@ def _bench(engine: EmbeddedEngine, vllm, tokenizer, prompts) -> None:
           "(the lean step with torch's own linears, decoder=lean)")
     print(f"engine: tokens_per_s_vs_hf_decoder={engine_rate / statistics.median(rates['engine_hf_decoder']):.2f} "
           "(the same engine decoding with the model's forward, decoder=hf)")
-    print(f"engine: tokens_per_s_vs_generate={statistics.median(rates['engine']) / generate:.2f}")
+    print(f"engine: tokens_per_s_vs_generate={engine_rate / generate:.2f}")
     if vllm is not None:
         print(f"vllm: tokens_per_s_vs_generate={statistics.median(rates['vllm']) / generate:.2f}")
 

@@ -164,7 +164,8 @@ class EmbeddedEngine(Resident):
         prompts = [r.prompt_tokens for r in requests]
         capacity = max(len(p) for p in prompts) + params.num_steps  # P + T
         cache = preallocated_cache(self.model.config, capacity)
-        decode = (self._lean.session(capacity, len(requests)) if self._lean is not None else None) or self._forward
+        lean = self._lean if params.num_steps > 1 else None  # one new token: the prefill is all there is
+        decode = (lean.session(capacity, len(requests)) if lean is not None else None) or self._forward
         logits, full_mask, next_position = self._prefill(prompts, params.num_steps, cache)
         num_rows, prompt_len = len(requests), full_mask.shape[1] - params.num_steps
         tokens_out = torch.full((num_rows, params.num_steps), self.pad_token_id, device=device)  # [B, T]

@@ -27,9 +27,9 @@ logprobs against the HF forward for Llama, Qwen2 and Qwen3 models, in float32 an
 
 Which models: ``unsupported_reason`` names why a model is not taken (another model type,
 sliding-window layers, a RoPE that changes its frequencies with the sequence length, adapters or
-other modules in place of the plain linears, an attention implementation other than sdpa, a
-model in training mode); the engine then decodes with the HF forward. A batch also goes to the
-HF forward when any module carries a forward hook (a user's, or the residency layer's sleep
+other modules in place of the plain linears, an attention implementation other than sdpa); the
+engine then decodes with the HF forward. A batch also goes to the HF forward when the model is
+in training mode or any module carries a forward hook (a user's, or the residency layer's sleep
 guard), so hooks keep firing.
 """
 
@@ -39,6 +39,8 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+
+from heron.device import packed_linear, packed_linear_weight
 
 MODEL_TYPES = ("llama", "qwen2", "qwen3")
 QK_NORM_TYPES = ("qwen3",)  # RMSNorm of each query and key head before RoPE
@@ -132,8 +134,8 @@ class LeanDecoder:
 
     def session(self, num_positions: int, rows: int) -> DecodeStep | None:
         """The decode step for one batch of ``rows`` rows whose positions stay below
-        ``num_positions``, or None when this batch must use the HF forward (a module carries a
-        forward hook). What it holds (the RoPE table, packed weights) lives as long as the batch,
+        ``num_positions``, or None when this batch must use the HF forward (the model is in
+        training mode, or a module carries a forward hook). What it holds (the RoPE table, packed weights) lives as long as the batch,
         like the KV cache."""
         if _has_hooks(self.model) or self.model.training:
             return None
@@ -146,8 +148,6 @@ class LeanDecoder:
     def _packed_weights(self, rows: int) -> dict[torch.nn.Module, torch.Tensor]:
         """Every linear of the step -> its weight packed for ``rows`` rows; empty where the
         device has no packed kernel."""
-        from heron.device import packed_linear_weight
-
         packed = {}
         for module in self.model.modules():
             if type(module) is torch.nn.Linear:
@@ -197,8 +197,6 @@ class _Step:
         packed = self.packed.get(linear)
         if packed is None:
             return F.linear(x, linear.weight, linear.bias)
-        from heron.device import packed_linear
-
         return packed_linear(x, packed, linear.bias)
 
     def _layer(self, layer, x, cos, sin, mask, cache_layer, qk_weight) -> torch.Tensor:
