@@ -86,7 +86,7 @@ class EmbeddedEngine(Resident):
         self._policy_version = policy_version
         self._cache_kwarg = _cache_kwarg(model)
         self.decoder_reason = "engine.embedded.decoder=hf" if decoder == "hf" else unsupported_reason(model)
-        self._lean = LeanDecoder(model, pack_linears=decoder == "auto") if self.decoder_reason is None else None
+        self._lean = LeanDecoder(model, fast_kernels=decoder == "auto") if self.decoder_reason is None else None
 
     @property
     @host_only

@@ -24,6 +24,10 @@ mask transformers would build (None when no column of any row is padding), so th
 its GQA handling are the same; the RMSNorm is written as transformers writes it (a fused
 ``F.rms_norm`` rounds bf16 differently). ``tests/unit/test_lean_decoder.py`` checks tokens and
 logprobs against the HF forward for Llama, Qwen2 and Qwen3 models, in float32 and bfloat16.
+That is ``decoder="lean"``; the default ``auto`` (``fast_kernels``) also swaps in kernels that sum
+the same products in another order: oneDNN-packed linears on the CPU, and in CPU bf16 an all-True
+mask for an unpadded batch (SDPA's faster masked path; bit-identical with avx512 kernels, not with
+torch's avx2/default ones).
 
 Which models: ``unsupported_reason`` names why a model is not taken (another model type,
 sliding-window layers, a RoPE that changes its frequencies with the sequence length, adapters or
@@ -40,7 +44,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from heron.device import packed_linear, packed_linear_weight
+from heron.device import explicit_mask_for_unpadded_attention, packed_linear, packed_linear_weight
 
 MODEL_TYPES = ("llama", "qwen2", "qwen3")
 QK_NORM_TYPES = ("qwen3",)  # RMSNorm of each query and key head before RoPE
@@ -118,17 +122,20 @@ def _has_hooks(model: torch.nn.Module) -> bool:
 
 class LeanDecoder:
     """Builds the decode step of one supported model (``unsupported_reason(model) is None``).
-    ``pack_linears``: on the CPU, the step's linears use weights packed for oneDNN once per batch
-    (``heron.device.packed_linear_weight``); off, they are torch's own ``F.linear``."""
+    ``fast_kernels``: kernels that compute the same dot products summed in another order. On the
+    CPU, the step's linears use weights packed for oneDNN once per batch
+    (``heron.device.packed_linear_weight``), and in bf16 an unpadded batch's attention gets an
+    all-True mask (``heron.device.explicit_mask_for_unpadded_attention``). Off: torch's own
+    ``F.linear`` and no mask where transformers passes none, bit for bit the HF forward."""
 
-    def __init__(self, model: torch.nn.Module, *, pack_linears: bool = True):
+    def __init__(self, model: torch.nn.Module, *, fast_kernels: bool = True):
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         reason = unsupported_reason(model)
         if reason is not None:
             raise ValueError(f"LeanDecoder: unsupported model: {reason}")
         self.model = model
-        self.pack_linears = pack_linears
+        self.fast_kernels = fast_kernels
         self.attention = sdpa_attention_forward
         self._qk_norm = model.config.model_type in QK_NORM_TYPES
 
@@ -142,7 +149,7 @@ class LeanDecoder:
         embed = self.model.model.embed_tokens.weight
         positions = torch.arange(num_positions, device=embed.device).unsqueeze(0)  # [1, N]
         cos, sin = self.model.model.rotary_emb(embed[:1].unsqueeze(0), positions)  # [1, N, D] each
-        packed = self._packed_weights(rows) if self.pack_linears else {}
+        packed = self._packed_weights(rows) if self.fast_kernels else {}
         return _Step(self, cos[0], sin[0], self._qk_norm_weights(), packed)
 
     def _packed_weights(self, rows: int) -> dict[torch.nn.Module, torch.Tensor]:
@@ -182,10 +189,12 @@ class _Step:
         model = self.decoder.model.model
         cos = self.cos[position_ids].unsqueeze(1)  # [R, 1, 1, D]
         sin = self.sin[position_ids].unsqueeze(1)  # [R, 1, 1, D]
-        # transformers' SDPA mask for one query per row: None when nothing is padded, else
-        # True where a row may attend; [R, 1, 1, n]
-        mask = None if bool(attention_mask.all()) else attention_mask.bool()[:, None, None, :]
         x = model.embed_tokens(input_ids)  # [R, 1, H]
+        # transformers' SDPA mask for one query per row: None when nothing is padded, else
+        # True where a row may attend; [R, 1, 1, n]. An all-True one where it is faster and the
+        # same values (heron.device.explicit_mask_for_unpadded_attention)
+        explicit = self.decoder.fast_kernels and explicit_mask_for_unpadded_attention(x)
+        mask = None if bool(attention_mask.all()) and not explicit else attention_mask.bool()[:, None, None, :]
         for layer, cache_layer, qk_weight in zip(model.layers, cache.layers, self.qk_weights, strict=True):
             x = self._layer(layer, x, cos, sin, mask, cache_layer, qk_weight)
         x = _rms_norm(x, model.norm)

@@ -111,6 +111,77 @@ def test_lean_decoding_is_bit_identical_to_the_hf_forward(model_dir, dtype):
 
 
 @pytest.mark.portability
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_unpadded_batches_are_bit_identical_too(model_dir, dtype):
+    """Prompts of one length: no key is ever padding, so transformers gives SDPA no mask, and so
+    does the lean step."""
+    lean, hf = _engines(model_dir, dtype)
+    expected, actual = hf.generate(_unpadded_requests()), lean.generate(_unpadded_requests())
+    assert [g.tokens for g in actual] == [g.tokens for g in expected]
+    assert [g.logprobs for g in actual] == [g.logprobs for g in expected]
+
+
+def _unpadded_requests() -> list[GenerationRequest]:
+    return [GenerationRequest([5 + k, 6, 7 + k, 8], SamplingParams(max_new_tokens=24, seed=k)) for k in range(12)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_auto_gives_unpadded_cpu_bf16_attention_an_all_true_mask(tmp_path_factory, dtype):
+    """decoder="auto" takes SDPA's masked path for an unpadded batch where it is faster (CPU
+    bf16, heron.device.explicit_mask_for_unpadded_attention); the kernels' values are checked
+    below (``test_sdpa_with_and_without_an_all_true_mask_is_attention_up_to_round_off``)."""
+    auto, _ = _engines(_model_dir(tmp_path_factory, "qwen3"), dtype, decoder="auto")
+    masks = []
+
+    def attention(module, q, k, v, mask, **kwargs):
+        masks.append(mask)
+        return sdpa_attention_forward(module, q, k, v, mask, **kwargs)
+
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    auto._lean.attention = attention
+    auto.generate(_unpadded_requests())
+    assert masks and all((m is not None and bool(m.all())) if dtype == torch.bfloat16 else m is None for m in masks)
+
+
+@pytest.mark.portability
+def test_sdpa_with_and_without_an_all_true_mask_is_attention_up_to_round_off():
+    """transformers' SDPA call in bf16 on decode shapes (one query per row, grouped key/value
+    heads), without a mask and with an all-True one: each output within the float64 attention's
+    bound. Scores q.k carry gamma(D) sum_d |q_d k_d| (float32 accumulation of exact bf16
+    products), which moves each softmax weight by a relative 2 max_j |ds_j| to first order; the
+    weighted sum adds gamma(n) (and a few float32 ulps for exp), and torch's CPU flash kernel
+    rounds the weights to bf16 for that product (u_bf16 each), so
+
+        |out - exact| <= (2 max_j |ds_j| + gamma(n + 8) + u_bf16) sum_j p_j |v_j| + u_bf16 |exact|,
+
+    the last term the output's rounding to bf16."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    class Attention:
+        num_key_value_groups, is_causal, training = 2, True, False
+
+    torch.manual_seed(0)
+    rows, heads, kv_heads, dim = 32, 8, 4, 64
+    scale = dim**-0.5
+    for n in (1, 7, 25, 40, 77):
+        q = torch.randn(rows, heads, 1, dim).bfloat16()
+        k, v = torch.randn(rows, kv_heads, n, dim).bfloat16(), torch.randn(rows, kv_heads, n, dim).bfloat16()
+        qd = q.double().view(rows, kv_heads, 2, dim)  # [R, kv_heads, 2, D]: the heads of a key/value head
+        kd, vd = k.double().unsqueeze(2), v.double().unsqueeze(2)  # [R, kv_heads, 1, n, D]
+        products = qd.unsqueeze(3) * kd * scale  # [R, kv_heads, 2, n, D]
+        p = products.sum(-1).softmax(-1)  # [R, kv_heads, 2, n]
+        exact = (p.unsqueeze(-1) * vd).sum(-2).reshape(rows, heads, dim)  # [R, heads, D]
+        score_error = gamma(dim) * products.abs().sum(-1).amax(-1, keepdim=True)  # [R, kv_heads, 2, 1]
+        spread = (p.unsqueeze(-1) * vd.abs()).sum(-2)  # [R, kv_heads, 2, D]
+        bound = ((2 * score_error + gamma(n + 8) + U_BF16) * spread).reshape(rows, heads, dim) + U_BF16 * exact.abs()
+        for mask in (None, torch.ones(rows, 1, 1, n, dtype=torch.bool)):
+            out = sdpa_attention_forward(Attention, q, k, v, mask, dropout=0.0, scaling=scale)[0]  # [R, 1, heads, D]
+            excess = ((out.double().reshape(rows, heads, dim) - exact).abs() - bound).max().item()
+            assert excess <= 0, (n, mask is None, excess)
+
+
+@pytest.mark.portability
 def test_packed_linears_decode_within_the_summation_order_bound(model_dir):
     """decoder="auto" (float32): tokens exactly the HF forward's, logprobs within
     2 gamma(n) (|lp| + log V) (tests/tolerance.py rules 2 and 4)."""
