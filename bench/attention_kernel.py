@@ -47,7 +47,7 @@ def _median_ms(fn, repeats: int = REPEATS) -> float:
 def kernels() -> None:
     heads, dim = 8, 64
     print("kernels: SDPA fwd+bwd ms, flash / math (B x T ~ 1200, H=8, D=64, padding + causal mask)")
-    for rows, length in [(32, 37), (16, 64), (8, 128), (4, 192), (4, 256)]:
+    for rows, length in [(32, 37), (16, 64), (8, 128), (6, 160), (4, 192), (4, 256)]:
         line = []
         for dtype in (torch.float32, torch.bfloat16):
             q, k, v = (torch.randn(rows, heads, length, dim, dtype=dtype, requires_grad=True) for _ in range(3))

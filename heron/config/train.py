@@ -28,6 +28,15 @@ class TrainConfig:
         "(heron.trainer.packing).",
         0,
     )
+    share_prompts: bool = doc(
+        "Samples of one prompt share it in the training forward: the rows of a micro-batch with the same prompt "
+        "become one packed row (the prompt once, then each answer) with a mask that keeps the answers apart, so "
+        "the prompt's tokens run once per prompt instead of once per sample. Applied for models that take it "
+        "(Llama, Qwen2/3, Mistral with sdpa attention, no sliding window) where the estimated FLOPs are lower "
+        "than the padded rows'; false: one padded row per sample. The same values up to summation order "
+        "(heron.trainer.shared_prompts).",
+        True,
+    )
     logprob_chunk_size: int = doc(
         "Sequence positions per chunk of the output head: the [B, T, V] logits and log-probabilities are never "
         "held whole, each chunk is recomputed in the backward (0: all positions at once). The same values "
@@ -42,7 +51,7 @@ class TrainConfig:
     )
     attention_backend: Literal["auto", "torch"] = doc(
         "Attention kernel of the training forward. auto: the math kernel (matmul, softmax, matmul) for a "
-        "differentiated forward on a CPU in bfloat16 over <= 128 positions, where torch's flash-attention backward "
+        "differentiated forward on a CPU in bfloat16 over <= 160 positions, where torch's flash-attention backward "
         "is several times slower; torch's own choice everywhere else. torch: always torch's choice. The same "
         "values up to summation order (heron.trainer.attention_kernel).",
         "auto",

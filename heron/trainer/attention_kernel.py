@@ -4,7 +4,9 @@ Why: torch 2.13's CPU flash-attention *backward* in bfloat16 pays a fixed cost p
 and query block, whatever the sequence length: measured on a 2-core AMX machine (B=32 rows,
 H=8 heads, T=37, D=64, fwd+bwd) flash took 62 ms against 15 ms for the math kernel (the
 composite matmul -> softmax -> matmul), 32 against 16 ms at T=64, 34 against 18 at T=128, and
-18 against 21 at T=192; in float32 the two are within ~30 % either way and the forward alone
+18 against 21 at T=192; on a 2-core AMD EPYC (avx512-bf16, no AMX; B=8 rows x H=8 at T=128..136,
+fewer rows beyond) 24-27 against 13-16 ms at T=128-136, 21 against 15 at T=160, even at T=192-224
+and flash ahead from T=256. In float32 the two are within ~30 % either way and the forward alone
 is faster with flash everywhere (bench/attention_kernel.py). RL rollouts are often short, so
 under ``auto`` a forward that will be differentiated (autograd on), on a CPU, in bfloat16
 (autocast or bfloat16 weights), over at most ``MATH_MAX_LENGTH`` positions, without activation
@@ -24,7 +26,7 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-MATH_MAX_LENGTH = 128  # measured crossover (above): flash's backward wins from ~192 positions on
+MATH_MAX_LENGTH = 160  # below both machines' measured crossovers (above): flash's backward wins from ~192-256 positions on
 BACKENDS = ("auto", "torch")
 
 

@@ -36,6 +36,9 @@ class TrainBatch:
     # with (the value loss clips around them), on the loss positions, 0 elsewhere; else None
     returns: torch.Tensor | None = None
     old_values: torch.Tensor | None = None
+    # [B] long: prompt tokens at the start of each row (the rest is the answer), which lets the
+    # samples of one prompt share it in the forward (heron.trainer.shared_prompts); None: unknown
+    prompt_lengths: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -114,6 +117,7 @@ def collate(samples: Sequence[Sample], pad_token_id: int) -> TrainBatch:
         old_logprobs=old_logprobs,
         returns=None if critic is None else critic[1],
         old_values=None if critic is None else critic[2],
+        prompt_lengths=torch.tensor([len(s.prompt_tokens) for s in samples], dtype=torch.long),
     )
 
 

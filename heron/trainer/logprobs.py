@@ -19,6 +19,7 @@ import torch
 
 from heron.trainer.lm_head_chunks import head_in_chunks, position_logprobs
 from heron.trainer.precision import ForwardContext, plain_forward
+from heron.trainer.shared_prompts import SharedLayout
 
 
 def forward_logprobs(
@@ -29,18 +30,33 @@ def forward_logprobs(
     with_entropy: bool = False,
     chunk_size: int = 0,
     forward_context: ForwardContext = plain_forward,
+    layout: SharedLayout | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Returns (logprobs [B, L-1], entropy [B, L-1] or None), both float32. ``forward_context``
     wraps the model's forward only (mixed precision and the attention kernel, heron.trainer.precision): the
     log-softmax and everything after it run in float32. ``chunk_size`` > 0: the output head
-    runs that many positions at a time (heron.trainer.lm_head_chunks)."""
-    targets = input_ids[:, 1:]  # [B, L-1]
+    runs that many positions at a time (heron.trainer.lm_head_chunks). ``layout``: the batch
+    packed so that the samples of a prompt share it (heron.trainer.shared_prompts); positions
+    that predict no answer token are then 0."""
+    if layout is None:
+        return _sequence_logprobs(model, input_ids, {"attention_mask": attention_mask}, temperature, with_entropy,
+                                  chunk_size, forward_context)
+    inputs = {"attention_mask": layout.mask, "position_ids": layout.position_ids}
+    logprobs, entropy = _sequence_logprobs(model, layout.input_ids, inputs, temperature, with_entropy, chunk_size,
+                                           forward_context)
+    return layout.gather(logprobs), None if entropy is None else layout.gather(entropy)
+
+
+def _sequence_logprobs(model, input_ids, inputs, temperature, with_entropy, chunk_size, forward_context):
+    """(logprobs, entropy or None) [R, S-1] of rows ``input_ids`` [R, S]; ``inputs``: the
+    model's other keyword arguments (the mask, position ids)."""
+    targets = input_ids[:, 1:]  # [R, S-1]
     if 0 < chunk_size < targets.shape[1]:
         with forward_context(input_ids.shape[1]), head_in_chunks(model, targets, temperature, with_entropy, chunk_size) as head:
-            out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits  # [B, L, k]
+            out = model(input_ids=input_ids, **inputs, use_cache=False).logits  # [R, S, k]
         return head.results(out)
     with forward_context(input_ids.shape[1]):
-        logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits  # [B, L, V]
+        logits = model(input_ids=input_ids, **inputs, use_cache=False).logits  # [R, S, V]
     return token_logprobs(logits, targets, temperature, with_entropy)
 
 

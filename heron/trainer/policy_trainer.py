@@ -34,6 +34,7 @@ from heron.trainer.optimizer import build_adamw, trained_tensors
 from heron.trainer.old_logprobs import plan_old_logprobs
 from heron.trainer.packing import MicroBatch, micro_batches, stitch, trained_rows
 from heron.trainer.precision import forward_context
+from heron.trainer.shared_prompts import ForwardCost, SharedLayout, forward_cost, plan, unsupported_reason
 from heron.trainer.zero_advantage import rows_with_gradient
 from heron.weights.handle import InMemory, WeightHandle
 
@@ -73,6 +74,7 @@ class PolicyTrainer(Resident):
         self.old_logprob_plan = plan_old_logprobs(cfg, objective)  # where pi_old comes from (heron.trainer.old_logprobs)
         log.info("old logprobs: %s (%s)", self.old_logprob_plan.source, self.old_logprob_plan.reason)
         self._forward_context = forward_context(cfg.precision, model, cfg.attention_backend)  # heron.trainer.precision
+        self._share_cost = self._prompt_sharing(model)  # None: one padded row per sample (heron.trainer.shared_prompts)
         self._shards: ModuleShards | None = None  # checkpoint writer of this process, made at the first save
         self._publish_weights()
 
@@ -205,7 +207,27 @@ class PolicyTrainer(Resident):
         return forward_logprobs(
             model, micro.input_ids, micro.attention_mask, self.temperature, with_entropy,
             chunk_size=self.cfg.logprob_chunk_size, forward_context=self._forward_context,
+            layout=self._shared_layout(micro),
         )
+
+    def _prompt_sharing(self, model: torch.nn.Module) -> ForwardCost | None:
+        """The cost model of ``train.share_prompts`` for the policy (heron.trainer.shared_prompts),
+        or None: one padded row per sample. The reference forward takes the policy's layout: it is
+        the same model (``model.path``, or the policy with its LoRA adapters disabled)."""
+        if not self.cfg.share_prompts:
+            return None
+        reason = unsupported_reason(model)
+        if reason is not None:
+            log.info("train.share_prompts: one padded row per sample (%s)", reason)
+            return None
+        return forward_cost(model)
+
+    def _shared_layout(self, micro: TrainBatch) -> SharedLayout | None:
+        """``micro`` packed so that the samples of a prompt share it (``train.share_prompts``),
+        or None: one padded row per sample."""
+        if self._share_cost is None or micro.prompt_lengths is None:
+            return None
+        return plan(micro.input_ids, micro.attention_mask, micro.prompt_lengths, self._share_cost)
 
     def _micro_batches(self, mini: TrainBatch, rows: list[int] | None = None) -> list[MicroBatch]:
         """By row count, or packed by ``train.max_tokens_per_micro_batch`` (heron.trainer.packing);

@@ -299,3 +299,49 @@ def test_lean_decoding_is_bit_identical_to_the_hf_forward_on_cuda(dtype):
     print(f"lean decode on cuda, {dtype}: hf {hf_s:.3f} s, lean {lean_s:.3f} s, x{hf_s / lean_s:.2f}")
     assert [g.tokens for g in actual] == [g.tokens for g in expected]
     assert [g.logprobs for g in actual] == [g.logprobs for g in expected]
+
+
+# --- shared prompts in the training forward on CUDA (heron.trainer.shared_prompts) ------------------
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_shared_prompt_logprobs_match_padded_rows_on_cuda(precision):
+    """A 4D boolean mask and position ids through CUDA SDPA: logprobs at the answer positions
+    within the CPU tier's bounds (tests/unit/test_shared_prompts.py), the packed forward + backward
+    time printed next to the padded one (8 prompts x 4 samples, 192-token prompts, 64-token answers)."""
+    import time
+
+    from heron.trainer.logprobs import forward_logprobs
+    from heron.trainer.precision import forward_context
+    from heron.trainer.shared_prompts import forward_cost, plan
+    from tests.tolerance import assert_bf16_logprobs_close, assert_logprobs_close, reduction_length
+
+    model = _model()
+    g = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(3, 8192, (192,), generator=g) for _ in range(8)]
+    rows = [torch.cat([p, torch.randint(3, 8192, (64,), generator=g)]) for p in prompts for _ in range(4)]
+    input_ids = torch.stack(rows).cuda()  # [32, 256], no padding
+    attention_mask = torch.ones_like(input_ids)
+    prompt_lengths = torch.full((32,), 192, dtype=torch.long).cuda()
+    answer = torch.zeros(32, 255, device="cuda")
+    answer[:, 191:] = 1
+    layout = plan(input_ids, attention_mask, prompt_lengths, forward_cost(model))
+    assert layout is not None and layout.input_ids.shape == (8, 191 + 4 * 65)
+    context = forward_context(precision, model)
+    times, results = {}, {}
+    for name, lay in [("padded", None), ("shared", layout)] * 2:  # the first of each warms up
+        model.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        logprobs, _ = forward_logprobs(model, input_ids, attention_mask, forward_context=context, layout=lay)
+        (logprobs * answer).sum().backward()
+        torch.cuda.synchronize()
+        times[name], results[name] = time.perf_counter() - start, (logprobs * answer).detach().cpu()
+    print(f"shared prompts on cuda, {precision}: padded {times['padded']:.4f} s, shared {times['shared']:.4f} s, "
+          f"x{times['padded'] / times['shared']:.2f}")
+    if precision == "fp32":
+        n = reduction_length(model.config, tokens=input_ids.numel())
+        assert_logprobs_close(results["shared"], results["padded"], n=n, log_vocab=math.log(8192))
+    else:
+        with torch.no_grad():
+            exact, _ = forward_logprobs(model, input_ids, attention_mask)
+        keep = answer.cpu() > 0
+        assert_bf16_logprobs_close(results["shared"][keep], exact.cpu()[keep], model.config)

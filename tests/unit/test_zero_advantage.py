@@ -67,7 +67,9 @@ def _half_equal_groups(model_dir):
 def _trainer(model_dir, algo: AlgoConfig | None = None, policy_loss=None, **train_kw) -> PolicyTrainer:
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     objective = PolicyObjective(algo or AlgoConfig(), policy_loss=policy_loss, max_response_tokens=MAX_NEW_TOKENS)
-    # eps = grad_clip = 1: AdamW's update is Lipschitz in the gradient (tests/tolerance.py, rule 3)
+    # eps = grad_clip = 1: AdamW's update is Lipschitz in the gradient (tests/tolerance.py, rule 3);
+    # one padded row per sample: _rows_forwarded counts samples by the forward's batch dimension
+    train_kw = {"share_prompts": False, **train_kw}
     return PolicyTrainer(model, TrainConfig(lr=1e-3, eps=1.0, micro_batch_size=4, **train_kw), objective, total_steps=10)
 
 

@@ -1,0 +1,163 @@
+"""One pass over a prompt for all of its samples: the training forward's shared-prompt layout
+(``train.share_prompts``).
+
+Why: GRPO-style rollouts draw several answers per prompt, and the padded layout runs the prompt
+once per answer, forward and backward. With a 500-token prompt and eight 100-token answers that
+is 4800 of the 5600 tokens the layers process; shared, 1300.
+
+Layout: the rows of a micro-batch whose prompts are the same tokens form a group, and a group
+becomes one packed row:
+
+    prompt[:-1] | prompt[-1] answer_1 | prompt[-1] answer_2 | ... | padding
+
+Each token keeps its own position id (answers start again at the prompt's end), and a boolean
+mask [G, 1, S, S] lets a token attend, causally, to the shared part and to its own segment only,
+so every token sees exactly the keys and positions it sees in its own padded row. The last
+prompt token is repeated in every segment because its output predicts the first answer token,
+one target per sample. The logprobs (and entropies) of the packed positions are gathered back
+to the [B, L-1] layout of the batch; positions that predict no answer token are 0 there (the
+loss mask is 0 on them in every objective).
+
+Values: each token's output is the same sums of the same products as in the padded layout; the
+matmuls group rows differently, attention sums over masked-out keys that add exact zeros, and
+the shared prompt's gradient is the sum of its samples' (tests/tolerance.py, rule 2;
+tests/unit/test_shared_prompts.py).
+
+When (``train.share_prompts``, default on): for models that take a custom 4D mask and position ids as transformers' SDPA
+attention does (``unsupported_reason``), when at least two rows of a micro-batch share a prompt,
+and when the estimated cost is lower than the padded layout's,
+
+    cost = rows x length x c_token + rows x length^2 x c_pair,
+
+with c_token = 2 (parameters per token: the layers' and the head's) and c_pair = 4 x layers x
+heads x head_dim (the scores and the weighted sum of dense, masked attention): long answers
+make the packed row's attention quadratic in the whole group, and then the padded layout is
+kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+SHARED, PADDING = -1, -2  # segment ids of the shared prompt part and of padding; answers are 0, 1, ...
+
+
+@dataclass(frozen=True)
+class ForwardCost:
+    """Estimated FLOPs of a forward: per token (linear layers) and per query-key pair (attention)."""
+
+    per_token: float
+    per_pair: float
+
+    def of(self, rows: int, length: int) -> float:
+        return rows * length * self.per_token + rows * length * length * self.per_pair
+
+
+def _config(model: torch.nn.Module):
+    """The HF config of ``model``, through a DDP/FSDP or PEFT wrapper (PEFT forwards attributes)."""
+    for candidate in (model, getattr(model, "module", None)):
+        config = getattr(candidate, "config", None)
+        if config is not None:
+            return config
+    return None
+
+
+def unsupported_reason(model: torch.nn.Module) -> str | None:
+    """None when the shared-prompt layout computes ``model``'s forward, else why not (one phrase)."""
+    config = _config(model)
+    model_type = getattr(config, "model_type", None)
+    if model_type not in MODEL_TYPES:
+        return f"model type {model_type!r} (shared prompts know {', '.join(MODEL_TYPES)})"
+    if getattr(config, "_attn_implementation", None) != "sdpa":
+        return f"attention implementation {config._attn_implementation!r} (needs sdpa, which takes a 4D mask)"
+    if any(kind != "full_attention" for kind in getattr(config, "layer_types", None) or ()) or (
+        getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True)
+    ):
+        return "sliding-window attention"
+    return None
+
+
+def forward_cost(model: torch.nn.Module) -> ForwardCost:
+    """``model``'s per-token and per-pair FLOP estimates (module docstring)."""
+    config = _config(model)
+    embeddings = {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
+    layer_params = sum(p.numel() for p in model.parameters() if id(p) not in embeddings)
+    head = config.vocab_size * config.hidden_size  # the output head, tied or not
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    per_pair = 4 * config.num_hidden_layers * config.num_attention_heads * head_dim
+    return ForwardCost(per_token=2.0 * (layer_params + head), per_pair=float(per_pair))
+
+
+@dataclass(frozen=True)
+class SharedLayout:
+    """A micro-batch of B rows [B, L] packed into G rows [G, S] (module docstring)."""
+
+    input_ids: torch.Tensor  # [G, S] long
+    position_ids: torch.Tensor  # [G, S] long
+    mask: torch.Tensor  # [G, 1, S, S] bool: True where a query may attend to a key
+    source: torch.Tensor  # [B, L-1] long: flat index into the packed [G, S-1] outputs
+    valid: torch.Tensor  # [B, L-1] bool: the positions that have a source (they predict an answer token)
+
+    def gather(self, packed: torch.Tensor) -> torch.Tensor:
+        """Packed per-position values [G, S-1] -> the batch's [B, L-1], 0 where nothing is predicted."""
+        out = packed.reshape(-1)[self.source.reshape(-1)].view(self.source.shape)  # [B, L-1]
+        return torch.where(self.valid, out, torch.zeros((), dtype=out.dtype, device=out.device))
+
+
+def plan(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_lengths: torch.Tensor,
+         cost: ForwardCost) -> SharedLayout | None:
+    """The shared layout of a right-padded micro-batch (input_ids, attention_mask [B, L],
+    prompt_lengths [B]), or None when no two rows share a prompt or it would cost more."""
+    ids, lengths, prompts = input_ids.tolist(), attention_mask.sum(-1).tolist(), prompt_lengths.tolist()
+    if min(prompts) < 1:
+        return None
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for row in range(len(ids)):
+        groups.setdefault(tuple(ids[row][: prompts[row]]), []).append(row)
+    if len(groups) == len(ids):
+        return None
+    width = max(len(prompt) - 1 + sum(lengths[r] - len(prompt) + 1 for r in rows) for prompt, rows in groups.items())
+    if cost.of(len(groups), width) >= cost.of(len(ids), input_ids.shape[1]):
+        return None
+    return _pack(ids, lengths, list(groups.items()), width, input_ids)
+
+
+def _pack(ids: list[list[int]], lengths: list[int], groups: list[tuple[tuple[int, ...], list[int]]],
+          width: int, like: torch.Tensor) -> SharedLayout:
+    """Builds the packed tensors of ``groups`` (prompt tokens -> batch rows) on ``like``'s device."""
+    num_rows, length = like.shape
+    tokens = torch.zeros(len(groups), width, dtype=torch.long)  # [G, S]; padding: token 0, position 0
+    positions = torch.zeros(len(groups), width, dtype=torch.long)  # [G, S]
+    segments = torch.full((len(groups), width), PADDING, dtype=torch.long)  # [G, S]
+    source = torch.zeros(num_rows, length - 1, dtype=torch.long)  # [B, L-1]
+    valid = torch.zeros(num_rows, length - 1, dtype=torch.bool)  # [B, L-1]
+    for g, (prompt, rows) in enumerate(groups):
+        shared = len(prompt) - 1
+        tokens[g, :shared] = torch.tensor(prompt[:shared], dtype=torch.long)
+        positions[g, :shared] = torch.arange(shared)
+        segments[g, :shared] = SHARED
+        start = shared
+        for k, row in enumerate(rows):
+            n = lengths[row] - shared  # prompt[-1] and the answer: original positions shared .. lengths[row] - 1
+            tokens[g, start : start + n] = torch.tensor(ids[row][shared : lengths[row]], dtype=torch.long)
+            positions[g, start : start + n] = torch.arange(shared, lengths[row])
+            segments[g, start : start + n] = k
+            # packed position start + j predicts the token at original position shared + j + 1
+            source[row, shared : lengths[row] - 1] = g * (width - 1) + start + torch.arange(n - 1)
+            valid[row, shared : lengths[row] - 1] = True
+            start += n
+    device = like.device
+    return SharedLayout(tokens.to(device), positions.to(device), _mask(segments).to(device), source.to(device), valid.to(device))
+
+
+def _mask(segments: torch.Tensor) -> torch.Tensor:
+    """segments [G, S] -> [G, 1, S, S] bool: causal, within the shared part and the query's own
+    segment; a padding query attends to itself only (its row of scores is never all masked)."""
+    width = segments.shape[1]
+    query, key = segments[:, :, None], segments[:, None, :]  # [G, S, 1], [G, 1, S]
+    causal = torch.ones(width, width, dtype=torch.bool).tril()  # [S, S]
+    allowed = causal & ((key == SHARED) | (key == query)) & (query != PADDING) & (key != PADDING)
+    return (allowed | torch.eye(width, dtype=torch.bool))[:, None]
