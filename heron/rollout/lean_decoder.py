@@ -24,10 +24,10 @@ mask transformers would build (None when no column of any row is padding), so th
 its GQA handling are the same; the RMSNorm is written as transformers writes it (a fused
 ``F.rms_norm`` rounds bf16 differently). ``tests/unit/test_lean_decoder.py`` checks tokens and
 logprobs against the HF forward for Llama, Qwen2 and Qwen3 models, in float32 and bfloat16.
-That is ``decoder="lean"``; the default ``auto`` (``fast_kernels``) also swaps in kernels that sum
-the same products in another order: oneDNN-packed linears on the CPU, and in CPU bf16 an all-True
-mask for an unpadded batch (SDPA's faster masked path; bit-identical with avx512 kernels, not with
-torch's avx2/default ones).
+That is ``decoder="lean"``; the default ``auto`` (``fast_kernels``) also swaps in faster kernels
+for the same products: oneDNN-packed linears on the CPU (another summation order), and in CPU
+bf16 attention on float32 copies of q, k, v (torch's bf16 flash kernel is the slow one there; the
+float32 one also skips rounding the softmax weights to bf16).
 
 Which models: ``unsupported_reason`` names why a model is not taken (another model type,
 sliding-window layers, a RoPE that changes its frequencies with the sequence length, adapters or
@@ -44,7 +44,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from heron.device import explicit_mask_for_unpadded_attention, packed_linear, packed_linear_weight
+from heron.device import decode_attention_in_float32, packed_linear, packed_linear_weight
 
 MODEL_TYPES = ("llama", "qwen2", "qwen3")
 QK_NORM_TYPES = ("qwen3",)  # RMSNorm of each query and key head before RoPE
@@ -124,9 +124,9 @@ class LeanDecoder:
     """Builds the decode step of one supported model (``unsupported_reason(model) is None``).
     ``fast_kernels``: kernels that compute the same dot products summed in another order. On the
     CPU, the step's linears use weights packed for oneDNN once per batch
-    (``heron.device.packed_linear_weight``), and in bf16 an unpadded batch's attention gets an
-    all-True mask (``heron.device.explicit_mask_for_unpadded_attention``). Off: torch's own
-    ``F.linear`` and no mask where transformers passes none, bit for bit the HF forward."""
+    (``heron.device.packed_linear_weight``), and in bf16 attention runs on float32 copies
+    (``heron.device.decode_attention_in_float32``). Off: torch's own ``F.linear`` and transformers'
+    attention call as it is, bit for bit the HF forward."""
 
     def __init__(self, model: torch.nn.Module, *, fast_kernels: bool = True):
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -191,10 +191,8 @@ class _Step:
         sin = self.sin[position_ids].unsqueeze(1)  # [R, 1, 1, D]
         x = model.embed_tokens(input_ids)  # [R, 1, H]
         # transformers' SDPA mask for one query per row: None when nothing is padded, else
-        # True where a row may attend; [R, 1, 1, n]. An all-True one where it is faster and the
-        # same values (heron.device.explicit_mask_for_unpadded_attention)
-        explicit = self.decoder.fast_kernels and explicit_mask_for_unpadded_attention(x)
-        mask = None if bool(attention_mask.all()) and not explicit else attention_mask.bool()[:, None, None, :]
+        # True where a row may attend; [R, 1, 1, n]
+        mask = None if bool(attention_mask.all()) else attention_mask.bool()[:, None, None, :]
         for layer, cache_layer, qk_weight in zip(model.layers, cache.layers, self.qk_weights, strict=True):
             x = self._layer(layer, x, cos, sin, mask, cache_layer, qk_weight)
         x = _rms_norm(x, model.norm)
@@ -207,6 +205,15 @@ class _Step:
         if packed is None:
             return F.linear(x, linear.weight, linear.bias)
         return packed_linear(x, packed, linear.bias)
+
+    def _attention(self, attn, q, keys, values, mask) -> torch.Tensor:
+        """transformers' SDPA function; with ``fast_kernels``, on float32 copies where that is the
+        faster kernel (heron.device.decode_attention_in_float32), the output rounded back."""
+        if self.decoder.fast_kernels and decode_attention_in_float32(q):
+            out, _ = self.decoder.attention(attn, q.float(), keys.float(), values.float(), mask, dropout=0.0,
+                                            scaling=attn.scaling)
+            return out.to(q.dtype)
+        return self.decoder.attention(attn, q, keys, values, mask, dropout=0.0, scaling=attn.scaling)[0]
 
     def _layer(self, layer, x, cos, sin, mask, cache_layer, qk_weight) -> torch.Tensor:
         """One decoder layer on x [R, 1, H] -> [R, 1, H]; writes this token's keys and values.
@@ -225,7 +232,7 @@ class _Step:
         qk = _rotate(qk.transpose(1, 2), cos, sin)  # [R, heads + kv_heads, 1, D]
         q, k = qk[:, :heads], qk[:, heads:]
         keys, values = cache_layer.update(k, v)  # [R, kv_heads, n, D] each
-        out, _ = self.decoder.attention(attn, q, keys, values, mask, dropout=0.0, scaling=attn.scaling)  # [R, 1, heads, D]
+        out = self._attention(attn, q, keys, values, mask)  # [R, 1, heads, D]
         x = x + linear(out.reshape(rows, 1, -1), attn.o_proj)
         h = _rms_norm(x, layer.post_attention_layernorm)
         mlp = layer.mlp

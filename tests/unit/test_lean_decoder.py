@@ -126,34 +126,39 @@ def _unpadded_requests() -> list[GenerationRequest]:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_auto_gives_unpadded_cpu_bf16_attention_an_all_true_mask(tmp_path_factory, dtype):
-    """decoder="auto" takes SDPA's masked path for an unpadded batch where it is faster (CPU
-    bf16, heron.device.explicit_mask_for_unpadded_attention); the kernels' values are checked
-    below (``test_sdpa_with_and_without_an_all_true_mask_is_attention_up_to_round_off``)."""
-    auto, _ = _engines(_model_dir(tmp_path_factory, "qwen3"), dtype, decoder="auto")
-    masks = []
+@pytest.mark.parametrize("decoder", ["auto", "lean"])
+def test_auto_runs_cpu_bf16_decode_attention_in_float32(tmp_path_factory, dtype, decoder):
+    """decoder="auto" hands SDPA float32 copies of a bf16 step's q, k, v on the CPU (the faster
+    kernel there, heron.device.decode_attention_in_float32) and rounds the output back;
+    decoder="lean" calls it as transformers does. The kernels' values are bounded below
+    (``test_bf16_and_float32_decode_attention_are_attention_up_to_round_off``)."""
+    engine, _ = _engines(_model_dir(tmp_path_factory, "qwen3"), dtype, decoder=decoder)
+    seen = []
 
     def attention(module, q, k, v, mask, **kwargs):
-        masks.append(mask)
+        seen.append((q.dtype, k.dtype, v.dtype))
         return sdpa_attention_forward(module, q, k, v, mask, **kwargs)
 
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    auto._lean.attention = attention
-    auto.generate(_unpadded_requests())
-    assert masks and all((m is not None and bool(m.all())) if dtype == torch.bfloat16 else m is None for m in masks)
+    engine._lean.attention = attention
+    generations = engine.generate(_requests() + _unpadded_requests())
+    upcast = decoder == "auto" and dtype == torch.bfloat16
+    assert seen and set(seen) == {(torch.float32 if upcast else dtype,) * 3}
+    assert all(math.isfinite(lp) for g in generations for lp in g.logprobs)
 
 
 @pytest.mark.portability
-def test_sdpa_with_and_without_an_all_true_mask_is_attention_up_to_round_off():
-    """transformers' SDPA call in bf16 on decode shapes (one query per row, grouped key/value
-    heads), without a mask and with an all-True one: each output within the float64 attention's
-    bound. Scores q.k carry gamma(D) sum_d |q_d k_d| (float32 accumulation of exact bf16
-    products), which moves each softmax weight by a relative 2 max_j |ds_j| to first order; the
-    weighted sum adds gamma(n) (and a few float32 ulps for exp), and torch's CPU flash kernel
-    rounds the weights to bf16 for that product (u_bf16 each), so
+def test_bf16_and_float32_decode_attention_are_attention_up_to_round_off():
+    """transformers' SDPA call on bf16 decode shapes (one query per row, grouped key/value heads,
+    without a mask and with padding), in bf16 as transformers calls it and on float32 copies as
+    decoder="auto" does on the CPU: each output within the float64 attention's bound. Scores q.k
+    carry gamma(D) sum_d |q_d k_d| (float32 accumulation of exact bf16 products), which moves
+    each softmax weight by a relative 2 max_j |ds_j| to first order; the weighted sum adds
+    gamma(n) (and a few float32 ulps for exp); torch's CPU flash kernel in bf16 also rounds the
+    weights to bf16 for that product (u_bf16 each, the float32 copies do not), so
 
-        |out - exact| <= (2 max_j |ds_j| + gamma(n + 8) + u_bf16) sum_j p_j |v_j| + u_bf16 |exact|,
+        |out - exact| <= (2 max_j |ds_j| + gamma(n + 8) [+ u_bf16]) sum_j p_j |v_j| + u_bf16 |exact|,
 
     the last term the output's rounding to bf16."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -167,18 +172,26 @@ def test_sdpa_with_and_without_an_all_true_mask_is_attention_up_to_round_off():
     for n in (1, 7, 25, 40, 77):
         q = torch.randn(rows, heads, 1, dim).bfloat16()
         k, v = torch.randn(rows, kv_heads, n, dim).bfloat16(), torch.randn(rows, kv_heads, n, dim).bfloat16()
-        qd = q.double().view(rows, kv_heads, 2, dim)  # [R, kv_heads, 2, D]: the heads of a key/value head
-        kd, vd = k.double().unsqueeze(2), v.double().unsqueeze(2)  # [R, kv_heads, 1, n, D]
-        products = qd.unsqueeze(3) * kd * scale  # [R, kv_heads, 2, n, D]
-        p = products.sum(-1).softmax(-1)  # [R, kv_heads, 2, n]
-        exact = (p.unsqueeze(-1) * vd).sum(-2).reshape(rows, heads, dim)  # [R, heads, D]
-        score_error = gamma(dim) * products.abs().sum(-1).amax(-1, keepdim=True)  # [R, kv_heads, 2, 1]
-        spread = (p.unsqueeze(-1) * vd.abs()).sum(-2)  # [R, kv_heads, 2, D]
-        bound = ((2 * score_error + gamma(n + 8) + U_BF16) * spread).reshape(rows, heads, dim) + U_BF16 * exact.abs()
-        for mask in (None, torch.ones(rows, 1, 1, n, dtype=torch.bool)):
-            out = sdpa_attention_forward(Attention, q, k, v, mask, dropout=0.0, scaling=scale)[0]  # [R, 1, heads, D]
-            excess = ((out.double().reshape(rows, heads, dim) - exact).abs() - bound).max().item()
-            assert excess <= 0, (n, mask is None, excess)
+        padded = torch.ones(rows, 1, 1, n, dtype=torch.bool)
+        padded[::3, :, :, : n // 2] = False  # a third of the rows left-padded
+        for mask in (None, padded):
+            keep = torch.ones(rows, 1, 1, n, dtype=torch.bool) if mask is None else mask
+            qd = q.double().view(rows, kv_heads, 2, dim)  # [R, kv_heads, 2, D]: the heads of a key/value head
+            kd, vd = k.double().unsqueeze(2), v.double().unsqueeze(2)  # [R, kv_heads, 1, n, D]
+            products = qd.unsqueeze(3) * kd * scale  # [R, kv_heads, 2, n, D]
+            p = products.sum(-1).masked_fill(~keep.view(rows, 1, 1, n), float("-inf")).softmax(-1)  # [R, kv_heads, 2, n]
+            exact = (p.unsqueeze(-1) * vd).sum(-2).reshape(rows, heads, dim)  # [R, heads, D]
+            score_error = gamma(dim) * products.abs().sum(-1).amax(-1, keepdim=True)  # [R, kv_heads, 2, 1]
+            spread = (p.unsqueeze(-1) * vd.abs()).sum(-2)  # [R, kv_heads, 2, D]
+            for name, weights_rounding, out in [
+                ("bf16", U_BF16, sdpa_attention_forward(Attention, q, k, v, mask, dropout=0.0, scaling=scale)[0]),
+                ("float32 copies", 0.0, sdpa_attention_forward(Attention, q.float(), k.float(), v.float(), mask, dropout=0.0,
+                                                              scaling=scale)[0].bfloat16()),
+            ]:
+                bound = ((2 * score_error + gamma(n + 8) + weights_rounding) * spread).reshape(rows, heads, dim)
+                bound = bound + U_BF16 * exact.abs()
+                excess = ((out.double().reshape(rows, heads, dim) - exact).abs() - bound).max().item()
+                assert excess <= 0, (name, n, mask is None, excess)
 
 
 @pytest.mark.portability
