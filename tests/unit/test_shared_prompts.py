@@ -180,3 +180,18 @@ def test_batches_without_prompt_lengths_and_off_use_padded_rows(toy_model_dir):
     trainer = _trainer(toy_model_dir, micro_batch_size=16)
     assert _shared_applies(trainer, batch)
     assert not _shared_applies(trainer, replace(batch, prompt_lengths=None))
+
+
+def test_shared_prompts_under_activation_checkpointing_are_bit_identical(toy_model_dir):
+    """train.gradient_checkpointing recomputes each layer in the backward with the packed row's
+    mask and position ids (transformers passes them to every layer): the same update bit for bit."""
+    from heron.trainer.activation_checkpointing import enable_activation_checkpointing
+
+    _, _, batch = _rollout(toy_model_dir)
+    plain = _trainer(toy_model_dir, micro_batch_size=16)
+    checkpointed = _trainer(toy_model_dir, micro_batch_size=16)
+    enable_activation_checkpointing(checkpointed.model)
+    assert _shared_applies(checkpointed, batch.select(slice(0, 16)))
+    assert plain.train(batch) == checkpointed.train(batch)
+    for (name, a), b in zip(plain.model.state_dict().items(), checkpointed.model.state_dict().values()):
+        assert torch.equal(a, b), name
