@@ -25,6 +25,7 @@ from typing import Callable
 import torch
 
 from heron.trainer.batch import TrainBatch
+from heron.trainer.shared_prompts import prompt_ids
 
 
 @dataclass(frozen=True)
@@ -64,14 +65,19 @@ def stitch(parts: list[MicroBatch], like: torch.Tensor, fn: Callable[[TrainBatch
 
 def micro_batches(
     mini: TrainBatch, micro_batch_size: int, max_tokens: int, count: Callable[[int], int] = lambda n: n,
-    rows: list[int] | None = None,
+    rows: list[int] | None = None, prompts_together: bool = False,
 ) -> list[MicroBatch]:
     """The micro-batches of ``mini`` (see the module docstring); ``count(n)``: how many every
     data-parallel rank runs, given this rank's ``n`` (asked when packing or when ``rows`` is
     given). ``rows``: only these rows of ``mini`` (in order; None: all of them), e.g. those with
     a gradient (heron.trainer.zero_advantage); when every rank must run more micro-batches than
-    this rank has rows, left-out rows are added back."""
+    this rank has rows, left-out rows are added back. ``prompts_together``: packing keeps the
+    rows of one prompt next to each other (``pack_rows``), so they can share it in the forward
+    (heron.trainer.shared_prompts)."""
     full = mini.input_ids.shape[1]
+    prompts = None
+    if prompts_together and max_tokens > 0 and mini.prompt_lengths is not None:
+        prompts = prompt_ids(mini.input_ids, mini.prompt_lengths)
     if max_tokens <= 0 and rows is None:
         return [
             MicroBatch(slice(s, s + micro_batch_size), full, mini.select(slice(s, s + micro_batch_size)))
@@ -79,13 +85,13 @@ def micro_batches(
         ]
     lengths = mini.attention_mask.sum(dim=-1).tolist()  # [B] tokens per row (right-padded)
     chosen = list(range(len(mini))) if rows is None else list(rows)
-    groups = _groups(chosen, lengths, micro_batch_size, max_tokens)
+    groups = _groups(chosen, lengths, micro_batch_size, max_tokens, prompts)
     target = count(len(groups))
     if len(chosen) < target:  # a rank with fewer rows than forwards: rows without gradient fill in
         taken = set(chosen)
         left_out = [i for i in range(len(mini)) if i not in taken]
         chosen = sorted(chosen + left_out[: target - len(chosen)])
-        groups = _groups(chosen, lengths, micro_batch_size, max_tokens)
+        groups = _groups(chosen, lengths, micro_batch_size, max_tokens, prompts)
     groups = split_to_count(groups, target)
     if max_tokens <= 0 and len(chosen) == len(mini) and len(groups) == -(-len(mini) // micro_batch_size):
         return micro_batches(mini, micro_batch_size, 0)  # every row, as without ``rows``: the same slices
@@ -97,24 +103,38 @@ def micro_batches(
     return out
 
 
-def _groups(rows: list[int], lengths: list[int], micro_batch_size: int, max_tokens: int) -> list[list[int]]:
+def _groups(rows: list[int], lengths: list[int], micro_batch_size: int, max_tokens: int,
+            prompts: list[int] | None = None) -> list[list[int]]:
     """``rows`` in runs of ``micro_batch_size`` (max_tokens <= 0), or packed under ``max_tokens``."""
     if max_tokens <= 0:
         return [rows[s : s + micro_batch_size] for s in range(0, len(rows), micro_batch_size)]
-    return [[rows[k] for k in group] for group in pack_rows([lengths[i] for i in rows], max_tokens)]
+    chosen_prompts = None if prompts is None else [prompts[i] for i in rows]
+    return [[rows[k] for k in group] for group in pack_rows([lengths[i] for i in rows], max_tokens, chosen_prompts)]
 
 
-def pack_rows(lengths: list[int], max_tokens: int) -> list[list[int]]:
+def pack_rows(lengths: list[int], max_tokens: int, prompts: list[int] | None = None) -> list[list[int]]:
     """Row indices grouped longest first, each group's ``len(group) * its longest <= max_tokens``
     (a row longer than the budget alone). Example: lengths [3, 9, 4, 8], budget 16 ->
-    [[1], [3, 2], [0]]."""
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    [[1], [3, 2], [0]]. ``prompts``: each row's prompt id; the rows of a prompt are then taken
+    one after the other (prompts by their longest row, longest first), so that they land in one
+    micro-batch unless the budget ends inside them. Example: lengths [9, 3, 8, 4], prompts
+    [0, 0, 1, 1], budget 18 -> [[0, 1], [2, 3]] (without prompts: [[0, 2], [3, 1]])."""
+    if prompts is None:
+        order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    else:
+        longest: dict[int, int] = {}
+        for i, prompt in enumerate(prompts):
+            longest[prompt] = max(longest.get(prompt, 0), lengths[i])
+        order = sorted(range(len(lengths)), key=lambda i: (-longest[prompts[i]], prompts[i], -lengths[i], i))
     groups: list[list[int]] = []
+    longest_of_last = 0  # the longest row of groups[-1] (with prompts, not always its first)
     for i in order:
-        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= max_tokens:
+        if groups and (len(groups[-1]) + 1) * max(longest_of_last, lengths[i]) <= max_tokens:
             groups[-1].append(i)
+            longest_of_last = max(longest_of_last, lengths[i])
         else:
             groups.append([i])
+            longest_of_last = lengths[i]
     return groups
 
 

@@ -233,7 +233,8 @@ class PolicyTrainer(Resident):
         """By row count, or packed by ``train.max_tokens_per_micro_batch`` (heron.trainer.packing);
         ``rows``: only those rows (None: all)."""
         return micro_batches(
-            mini, self.cfg.micro_batch_size, self.cfg.max_tokens_per_micro_batch, self._micro_batch_count, rows
+            mini, self.cfg.micro_batch_size, self.cfg.max_tokens_per_micro_batch, self._micro_batch_count, rows,
+            prompts_together=self._share_cost is not None,
         )
 
     def _parts_to_train(self, mini: TrainBatch) -> tuple[list[MicroBatch], LossNormalizer, float | None]:

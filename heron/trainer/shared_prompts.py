@@ -107,6 +107,13 @@ class SharedLayout:
         return torch.where(self.valid, out, torch.zeros((), dtype=out.dtype, device=out.device))
 
 
+def prompt_ids(input_ids: torch.Tensor, prompt_lengths: torch.Tensor) -> list[int]:
+    """Per row of ``input_ids`` [B, L], a number that rows with the same prompt tokens share (the
+    first such row's index)."""
+    first: dict[tuple[int, ...], int] = {}
+    return [first.setdefault(tuple(row[:n]), i) for i, (row, n) in enumerate(zip(input_ids.tolist(), prompt_lengths.tolist()))]
+
+
 def plan(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_lengths: torch.Tensor,
          cost: ForwardCost) -> SharedLayout | None:
     """The shared layout of a right-padded micro-batch (input_ids, attention_mask [B, L],

@@ -31,6 +31,16 @@ def test_pack_rows_longest_first_under_the_budget():
     assert pack_rows([2, 2, 2], 100) == [[0, 1, 2]]
 
 
+def test_pack_rows_keeps_the_rows_of_a_prompt_together():
+    """With each row's prompt id, a prompt's rows are taken one after the other (prompts by their
+    longest row), so they can share the prompt in the forward (heron.trainer.shared_prompts)."""
+    assert pack_rows([9, 3, 8, 4], 18) == [[0, 2], [3, 1]]
+    assert pack_rows([9, 3, 8, 4], 18, prompts=[0, 0, 1, 1]) == [[0, 1], [2, 3]]
+    # a micro-batch that starts inside a prompt (its row of 2) and takes the next one's rows of 9:
+    # the budget holds against the longest row it holds, 9, not its first
+    assert pack_rows([10, 2, 9, 9], 19, prompts=[0, 0, 1, 1]) == [[0], [1, 2], [3]]
+
+
 def test_split_to_count_halves_the_largest_groups():
     assert split_to_count([[0, 1, 2, 3], [4]], 3) == [[0, 1], [2, 3], [4]]
     assert split_to_count([[0], [1, 2, 3]], 2) == [[0], [1, 2, 3]]

@@ -195,3 +195,24 @@ def test_shared_prompts_under_activation_checkpointing_are_bit_identical(toy_mod
     assert plain.train(batch) == checkpointed.train(batch)
     for (name, a), b in zip(plain.model.state_dict().items(), checkpointed.model.state_dict().values()):
         assert torch.equal(a, b), name
+
+
+@pytest.mark.portability
+def test_token_budget_packing_keeps_prompts_together_and_gives_the_padded_update(toy_model_dir):
+    """train.max_tokens_per_micro_batch sorts rows by length, which scatters a prompt's samples;
+    with shared prompts it takes them one after the other (heron.trainer.packing.pack_rows), so
+    fewer (micro-batch, prompt) pairs remain, and the update is still the padded rows'."""
+    from heron.trainer.shared_prompts import prompt_ids
+
+    _, _, batch = _rollout(toy_model_dir)
+    budget = 6 * batch.input_ids.shape[1]
+    shared = _trainer(toy_model_dir, max_tokens_per_micro_batch=budget)
+    padded = _trainer(toy_model_dir, max_tokens_per_micro_batch=budget, share_prompts=False)
+    ids = prompt_ids(batch.input_ids, batch.prompt_lengths)
+
+    def pairs(trainer) -> int:
+        return sum(len({ids[r] for r in part.rows.tolist()}) for part in trainer._micro_batches(batch))
+
+    assert len(set(ids)) == 4 and pairs(shared) < pairs(padded), (pairs(shared), pairs(padded))
+    assert any(_shared_applies(shared, part.batch) for part in shared._micro_batches(batch))
+    assert_same_update(shared, padded, batch)
