@@ -19,12 +19,16 @@ figure is the median of steps 2..NUM_STEPS, each side's the median over its roun
 line also gives the generation inside the step (heron: ``time/generate_s``; TRL: its
 ``GRPOTrainer._generate``), so the rest of the step (reward, training) reads off the difference.
 
+``--instruction`` puts the same ~110-token instruction before every problem on both sides (as RL
+prompts carry an instruction or a chat template; the addition problems alone are 4-5 tokens), and
+tags the ratio line ``instruction prompt``.
+
 TRL lives in its own venv (``.venv-trl``, requirements-trl.txt: trl 1.16.0 with heron's torch,
 transformers and tokenizers pins), created here when missing (~2 min); ``--no-venv`` skips the
 TRL side instead when it is missing (CI). The last lines, one per model size, are
 ``vs_trl: samples_per_s_heron_vs_trl=<TRL s/step / heron s/step>  [model]`` (> 1: heron is faster).
 
-    .venv/bin/python bench/vs_trl.py [--models toy,3M,25M] [--rounds 2] [--no-venv] [--precision bf16]
+    .venv/bin/python bench/vs_trl.py [--models toy,3M,25M] [--rounds 2] [--no-venv] [--precision bf16] [--instruction]
 """
 
 from __future__ import annotations
@@ -45,6 +49,9 @@ from heron.toy.addition import make_prompts  # noqa: E402
 from heron.toy.model import ToyModelSpec, create_toy_model  # noqa: E402
 
 PROMPTS, SAMPLES, NEW_TOKENS, NUM_STEPS, LR = 8, 4, 32, 8, 1e-6
+# --instruction: prepended to every problem on both sides (~110 tokens with the toy tokenizer, which
+# knows digits and spells English byte by byte), as RL prompts carry an instruction or chat template
+INSTRUCTION = "Add the two numbers below and reply with their sum only, as digits, with no words, spaces or trailing period.\n"
 TRL_VENV = REPO / ".venv-trl"
 REWARD = f"{REPO / 'bench' / 'length_reward.py'}:completion_length"  # TRL: completion_lengths, the same values
 MODELS = {
@@ -104,11 +111,11 @@ def trl_steps(python: Path, model_dir: Path, data: Path, out: Path, precision: s
     return times["step_s"], times["generate_s"]
 
 
-def bench_model(name: str, python: Path | None, tmp: Path, rounds: int, precision: str) -> float | None:
+def bench_model(name: str, python: Path | None, tmp: Path, rounds: int, precision: str, instruction: str = "") -> float | None:
     corpus = [p.text + p.label for p in make_prompts(2000, seed=0, max_digits=3)]
     model_dir = create_toy_model(tmp / name / "model", corpus, MODELS[name])
     data = tmp / name / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": p.text, "label": p.label}) + "\n"
+    data.write_text("".join(json.dumps({"prompt": instruction + p.text, "label": p.label}) + "\n"
                             for p in make_prompts(PROMPTS * NUM_STEPS * 4, seed=1, max_digits=2)))
     medians: dict[str, list[float]] = {"heron": [], "trl": []}
     for round_id in range(rounds):
@@ -135,6 +142,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per model")
     parser.add_argument("--no-venv", action="store_true", help="skip the TRL side when .venv-trl is missing")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="both trainers' precision")
+    parser.add_argument("--instruction", action="store_true", help="prepend INSTRUCTION to every prompt (both sides)")
     args = parser.parse_args()
     names = args.models.split(",")
     unknown = sorted(set(names) - set(MODELS))
@@ -142,14 +150,17 @@ def main() -> None:
         parser.error(f"--models: unknown {unknown}; choose from {list(MODELS)}")
     python = trl_python(create=not args.no_venv)
     print(f"vs_trl: {PROMPTS} prompts x {SAMPLES} samples x {NEW_TOKENS} new tokens, 1 optimizer step per rollout, "
-          f"{NUM_STEPS} steps, median of steps 2-{NUM_STEPS}, {args.rounds} alternating rounds, {args.precision}", flush=True)
+          f"{NUM_STEPS} steps, median of steps 2-{NUM_STEPS}, {args.rounds} alternating rounds, {args.precision}"
+          + (f", every prompt after the instruction {INSTRUCTION!r}" if args.instruction else ""), flush=True)
     ratios = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            ratios[name] = bench_model(name, python, Path(tmp), args.rounds, args.precision)
+            ratios[name] = bench_model(name, python, Path(tmp), args.rounds, args.precision,
+                                       INSTRUCTION if args.instruction else "")
     for name, ratio in ratios.items():
         if ratio is not None:
-            tag = name if args.precision == "fp32" else f"{name}, {args.precision}"
+            tag = ", ".join([name] + ([args.precision] if args.precision != "fp32" else [])
+                            + (["instruction prompt"] if args.instruction else []))
             print(f"vs_trl: samples_per_s_heron_vs_trl={ratio:.2f}  [{tag}]")
 
 
