@@ -70,7 +70,7 @@ def bench_case(name: str, prompt_len: int, trainers: dict[str, PolicyTrainer]) -
             trainer.train(batch)
             if repeat:
                 times[mode].append(time.perf_counter() - start)
-    rows = "padded rows (not shared: the estimate says it costs more)" if layout is None else (
+    rows = "padded rows (not shared: the estimate saves less than MIN_SAVING)" if layout is None else (
         f"{tuple(layout.input_ids.shape)} packed vs {tuple(batch.input_ids.shape)} padded")
     print(f"{name}: {PROMPTS} prompts x {SAMPLES} samples x {ANSWER_LEN} answer tokens, {rows}")
     for mode, values in times.items():

@@ -32,8 +32,8 @@ class TrainConfig:
         "Samples of one prompt share it in the training forward: the rows of a micro-batch with the same prompt "
         "become one packed row (the prompt once, then each answer) with a mask that keeps the answers apart, so "
         "the prompt's tokens run once per prompt instead of once per sample. Applied for models that take it "
-        "(Llama, Qwen2/3, Mistral with sdpa attention, no sliding window) where the estimated FLOPs are lower "
-        "than the padded rows'; false: one padded row per sample. The same values up to summation order "
+        "(Llama, Qwen2/3, Mistral with sdpa attention, no sliding window) where the estimated FLOPs are at least "
+        "10 % below the padded rows'; false: one padded row per sample. The same values up to summation order "
         "(heron.trainer.shared_prompts).",
         True,
     )
