@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import logging
 import math
+import time
 from dataclasses import dataclass, replace
 
 import ray
@@ -169,7 +170,29 @@ class RayExecutor:
                 ray.kill(actor.handle, no_restart=True)
             except Exception:  # already dead: nothing to stop
                 pass
+        for actor in self.actors:
+            _wait_gone(actor, KILL_WAIT_S)
         if self.group is not None:
             remove_placement_group(self.group)
         if self.started_ray:
             ray.shutdown()
+
+
+KILL_WAIT_S = 60.0  # only a hung raylet takes this long; a kill lands in milliseconds
+
+
+def _wait_gone(actor: ActorRef, timeout_s: float) -> None:
+    """Returns once ``actor`` answers no more calls (or after ``timeout_s``, with a warning).
+    ``ray.kill`` only sends the kill: until it lands the actor still runs calls, so without this a
+    run could return while its actors live on (measured: under load a call right after close()
+    still answered)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.handle.__ray_ready__.remote(), timeout=max(0.1, deadline - time.monotonic()))
+        except ray.exceptions.RayActorError:
+            return
+        except ray.exceptions.GetTimeoutError:  # the deadline decides
+            continue
+        time.sleep(0.05)
+    log.warning("%s: still answering %.0f s after ray.kill", actor.name, timeout_s)
