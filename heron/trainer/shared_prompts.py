@@ -111,11 +111,22 @@ class SharedLayout:
         return torch.where(self.valid, out, torch.zeros((), dtype=out.dtype, device=out.device))
 
 
+def _by_prompt(ids: list[list[int]], prompts: list[int]) -> dict[tuple[int, ...], list[int]]:
+    """Prompt tokens -> the rows (in order) that start with them; ``prompts``: each row's prompt length."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for row, (tokens, n) in enumerate(zip(ids, prompts)):
+        groups.setdefault(tuple(tokens[:n]), []).append(row)
+    return groups
+
+
 def prompt_ids(input_ids: torch.Tensor, prompt_lengths: torch.Tensor) -> list[int]:
     """Per row of ``input_ids`` [B, L], a number that rows with the same prompt tokens share (the
     first such row's index)."""
-    first: dict[tuple[int, ...], int] = {}
-    return [first.setdefault(tuple(row[:n]), i) for i, (row, n) in enumerate(zip(input_ids.tolist(), prompt_lengths.tolist()))]
+    ids = [0] * input_ids.shape[0]
+    for rows in _by_prompt(input_ids.tolist(), prompt_lengths.tolist()).values():
+        for row in rows:
+            ids[row] = rows[0]
+    return ids
 
 
 def plan(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_lengths: torch.Tensor,
@@ -125,9 +136,7 @@ def plan(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_lengths: 
     ids, lengths, prompts = input_ids.tolist(), attention_mask.sum(-1).tolist(), prompt_lengths.tolist()
     if min(prompts) < 1:
         return None
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for row in range(len(ids)):
-        groups.setdefault(tuple(ids[row][: prompts[row]]), []).append(row)
+    groups = _by_prompt(ids, prompts)
     if len(groups) == len(ids):
         return None
     width = max(len(prompt) - 1 + sum(lengths[r] - len(prompt) + 1 for r in rows) for prompt, rows in groups.items())
