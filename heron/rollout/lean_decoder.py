@@ -25,9 +25,11 @@ its GQA handling are the same; the RMSNorm is written as transformers writes it 
 ``F.rms_norm`` rounds bf16 differently). ``tests/unit/test_lean_decoder.py`` checks tokens and
 logprobs against the HF forward for Llama, Qwen2 and Qwen3 models, in float32 and bfloat16.
 That is ``decoder="lean"``; the default ``auto`` (``fast_kernels``) also swaps in faster kernels
-for the same products: oneDNN-packed linears on the CPU (another summation order), and in CPU
-bf16 attention on float32 copies of q, k, v (torch's bf16 flash kernel is the slow one there; the
-float32 one also skips rounding the softmax weights to bf16).
+for the same products: oneDNN-packed linears on the CPU (another summation order), with each
+layer's q, k, v projections stacked into one weight and its gate and up projections into another
+(one kernel call where there were three and two: every output is still its own dot product), and
+in CPU bf16 attention on float32 copies of q, k, v (torch's bf16 flash kernel is the slow one
+there; the float32 one also skips rounding the softmax weights to bf16).
 
 Which models: ``unsupported_reason`` names why a model is not taken (another model type,
 sliding-window layers, a RoPE that changes its frequencies with the sequence length, adapters or
@@ -114,6 +116,19 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
+Packed = tuple[torch.Tensor, "torch.Tensor | None", list[int]]  # weight, bias, each linear's outputs
+
+
+def _pack(linears: tuple[torch.nn.Linear, ...], rows: int) -> Packed | None:
+    """``linears``' weights stacked along their outputs [sum N, K] and packed for ``rows`` rows,
+    with their biases likewise (all or none carry one); None where there is no packed kernel."""
+    weight = packed_linear_weight(torch.cat([linear.weight for linear in linears]), rows)
+    if weight is None:
+        return None
+    bias = None if linears[0].bias is None else torch.cat([linear.bias for linear in linears])
+    return weight, bias, [linear.out_features for linear in linears]
+
+
 def _has_hooks(model: torch.nn.Module) -> bool:
     return any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()) or bool(
         torch.nn.modules.module._global_forward_hooks or torch.nn.modules.module._global_forward_pre_hooks
@@ -124,9 +139,9 @@ class LeanDecoder:
     """Builds the decode step of one supported model (``unsupported_reason(model) is None``).
     ``fast_kernels``: kernels that compute the same dot products summed in another order. On the
     CPU, the step's linears use weights packed for oneDNN once per batch
-    (``heron.device.packed_linear_weight``), and in bf16 attention runs on float32 copies
-    (``heron.device.decode_attention_in_float32``). Off: torch's own ``F.linear`` and transformers'
-    attention call as it is, bit for bit the HF forward."""
+    (``heron.device.packed_linear_weight``; q, k, v and gate, up stacked), and in bf16 attention
+    runs on float32 copies (``heron.device.decode_attention_in_float32``). Off:
+    torch's own ``F.linear`` and transformers' attention call as it is, bit for bit the HF forward."""
 
     def __init__(self, model: torch.nn.Module, *, fast_kernels: bool = True):
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -152,17 +167,21 @@ class LeanDecoder:
         packed = self._packed_weights(rows) if self.fast_kernels else {}
         return _Step(self, cos[0], sin[0], self._qk_norm_weights(), packed)
 
-    def _packed_weights(self, rows: int) -> dict[torch.nn.Module, torch.Tensor]:
-        """Every linear of the step -> its weight packed for ``rows`` rows; empty where the
-        device has no packed kernel."""
-        packed = {}
+    def _packed_weights(self, rows: int) -> dict[tuple[torch.nn.Linear, ...], Packed]:
+        """The step's linears packed for ``rows`` rows: each layer's (q, k, v) and (gate, up)
+        projections stacked into one weight each (alone where only some of them carry a bias),
+        every other linear by itself; empty where the device has no packed kernel."""
+        packed, fused = {}, set()
+        for layer in self.model.model.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            for group in ((attn.q_proj, attn.k_proj, attn.v_proj), (mlp.gate_proj, mlp.up_proj)):
+                if len({linear.bias is None for linear in group}) == 1:
+                    packed[group] = _pack(group, rows)
+                    fused.update(group)
         for module in self.model.modules():
-            if type(module) is torch.nn.Linear:
-                weight = packed_linear_weight(module.weight, rows)
-                if weight is None:
-                    return {}
-                packed[module] = weight
-        return packed
+            if type(module) is torch.nn.Linear and module not in fused:
+                packed[(module,)] = _pack((module,), rows)
+        return {} if any(entry is None for entry in packed.values()) else packed
 
     def _qk_norm_weights(self) -> list[torch.Tensor | None]:
         """Per layer, q_norm's weight repeated for every query head then k_norm's for every key
@@ -183,7 +202,7 @@ class _Step:
     def __init__(self, decoder: LeanDecoder, cos: torch.Tensor, sin: torch.Tensor, qk_weights: list, packed: dict):
         self.decoder, self.cos, self.sin = decoder, cos, sin  # [N, D] each
         self.qk_weights = qk_weights  # per layer [heads + kv_heads, D] or None
-        self.packed = packed  # nn.Linear -> packed weight (empty: torch's F.linear)
+        self.packed = packed  # (nn.Linear, ...) -> Packed (empty: torch's F.linear)
 
     def __call__(self, input_ids, attention_mask, position_ids, cache) -> torch.Tensor:
         model = self.decoder.model.model
@@ -201,10 +220,18 @@ class _Step:
     def _linear(self, x: torch.Tensor, linear: torch.nn.Linear) -> torch.Tensor:
         """A plain ``nn.Linear``'s forward (``_check_modules`` made sure it is one), without the
         module call; through its packed weight when the batch has one."""
-        packed = self.packed.get(linear)
-        if packed is None:
-            return F.linear(x, linear.weight, linear.bias)
-        return packed_linear(x, packed, linear.bias)
+        return self._linears(x, linear)[0]
+
+    def _linears(self, x: torch.Tensor, *linears: torch.nn.Linear) -> tuple[torch.Tensor, ...]:
+        """x [..., K] through each of ``linears`` -> one output per linear; a single kernel call
+        where the batch packed them together."""
+        packed = self.packed.get(linears)
+        if packed is not None:
+            weight, bias, sizes = packed
+            return packed_linear(x, weight, bias).split(sizes, dim=-1)
+        if not self.packed:
+            return tuple(F.linear(x, linear.weight, linear.bias) for linear in linears)
+        return tuple(self._linears(x, linear)[0] for linear in linears)
 
     def _attention(self, attn, q, keys, values, mask) -> torch.Tensor:
         """transformers' SDPA function; with ``fast_kernels``, on float32 copies where that is the
@@ -222,9 +249,10 @@ class _Step:
         attn, linear = layer.self_attn, self._linear
         rows, head_dim = x.shape[0], attn.head_dim
         h = _rms_norm(x, layer.input_layernorm)  # [R, 1, H]
-        q = linear(h, attn.q_proj).view(rows, 1, -1, head_dim)  # [R, 1, heads, D]
-        k = linear(h, attn.k_proj).view(rows, 1, -1, head_dim)  # [R, 1, kv_heads, D]
-        v = linear(h, attn.v_proj).view(rows, 1, -1, head_dim).transpose(1, 2)  # [R, kv_heads, 1, D]
+        q, k, v = self._linears(h, attn.q_proj, attn.k_proj, attn.v_proj)
+        q = q.view(rows, 1, -1, head_dim)  # [R, 1, heads, D]
+        k = k.view(rows, 1, -1, head_dim)  # [R, 1, kv_heads, D]
+        v = v.view(rows, 1, -1, head_dim).transpose(1, 2)  # [R, kv_heads, 1, D]
         heads = q.shape[2]
         qk = torch.cat([q, k], dim=2)  # [R, 1, heads + kv_heads, D]
         if qk_weight is not None:
@@ -236,4 +264,5 @@ class _Step:
         x = x + linear(out.reshape(rows, 1, -1), attn.o_proj)
         h = _rms_norm(x, layer.post_attention_layernorm)
         mlp = layer.mlp
-        return x + linear(F.silu(linear(h, mlp.gate_proj)) * linear(h, mlp.up_proj), mlp.down_proj)
+        gate, up = self._linears(h, mlp.gate_proj, mlp.up_proj)
+        return x + linear(F.silu(gate) * up, mlp.down_proj)

@@ -148,6 +148,44 @@ def test_auto_runs_cpu_bf16_decode_attention_in_float32(tmp_path_factory, dtype,
     assert all(math.isfinite(lp) for g in generations for lp in g.logprobs)
 
 
+@pytest.mark.parametrize("kind", ["qwen3", "llama-bias", "mixed-bias"])
+def test_auto_projects_q_k_v_and_gate_up_with_one_kernel_call_each(tmp_path_factory, kind):
+    """decoder="auto" stacks each layer's q, k, v weights (and biases) into one packed weight and
+    its gate and up ones into another: per step and layer 4 packed-linear calls (qkv, o, gate-up,
+    down) instead of 7, plus the head. A group whose linears do not all carry a bias (here k_proj's
+    removed) is packed linear by linear. Tokens within the summation-order bound of the HF
+    forward's are checked for every architecture above; here the step's tokens equal HF's."""
+    import heron.rollout.lean_decoder as lean_module
+
+    engine, hf = _engines(_model_dir(tmp_path_factory, "llama-bias" if kind == "mixed-bias" else kind), torch.float32,
+                          decoder="auto")
+    if kind == "mixed-bias":
+        for model in {id(e.model): e.model for e in (engine, hf)}.values():
+            for layer in model.model.layers:
+                layer.self_attn.k_proj.bias = None
+    session = engine._lean.session(32, 4)
+    if not session.packed:
+        pytest.skip("no packed linear kernel in this torch build (the step uses F.linear)")
+    calls = []
+    real = lean_module.packed_linear
+
+    def counting(x, weight, bias):
+        calls.append(weight)
+        return real(x, weight, bias)
+
+    lean_module.packed_linear = counting
+    try:
+        request = GenerationRequest(PROMPTS[0], SamplingParams(max_new_tokens=3, seed=1))
+        [actual] = engine.generate([request])
+    finally:
+        lean_module.packed_linear = real
+    layers = engine.model.config.num_hidden_layers
+    per_layer = 6 if kind == "mixed-bias" else 4
+    assert len(calls) == 2 * (per_layer * layers + 1)  # two decode steps (the third token needs none)
+    [expected] = hf.generate([request])
+    assert actual.tokens == expected.tokens
+
+
 @pytest.mark.portability
 def test_bf16_and_float32_decode_attention_are_attention_up_to_round_off():
     """transformers' SDPA call on bf16 decode shapes (one query per row, grouped key/value heads,
