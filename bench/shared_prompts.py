@@ -2,11 +2,13 @@
 heron.trainer.shared_prompts), side by side in one run.
 
 Two trainers of the same model take one optimizer step on the same GRPO-shaped batch
-(``PROMPTS`` prompts x ``SAMPLES`` samples, every answer ``ANSWER_LEN`` tokens, one micro-batch):
+(``PROMPTS`` prompts x ``SAMPLES`` samples, every answer as long as the case says, one micro-batch):
 one packs each prompt's samples into one row (``share_prompts=true``), the other trains one padded
 row per sample (``false``). Calls alternate (in turn first) to share machine noise; after one
 warm-up each, the ratio of medians and of minima of the wall time. Cases: the prompt length of
-bench/vs_trl.py's addition problems (5 tokens), and a longer prompt (a chat-templated problem).
+bench/vs_trl.py's addition problems (5 tokens), a longer prompt (a chat-templated problem), and
+that prompt with long answers (where the packed row's attention would dominate if it were one
+dense [S, S] mask: heron.trainer.grouped_attention).
 The last line per case is ``shared_prompts: train_step_speedup=<padded / shared>  [case]``
 (> 1: sharing is faster).
 
@@ -36,18 +38,20 @@ from heron.trainer.batch import TrainBatch, collate  # noqa: E402
 from heron.trainer.objectives import PolicyObjective  # noqa: E402
 from heron.trainer.policy_trainer import PolicyTrainer  # noqa: E402
 
-PROMPTS, SAMPLES, ANSWER_LEN, REPEATS = 8, 4, 32, 8
-CASES = {"prompt 5 tokens (vs_trl)": 5, "prompt 96 tokens": 96}
+PROMPTS, SAMPLES, REPEATS = 8, 4, 8
+CASES = {  # name -> (prompt tokens, answer tokens)
+    "prompt 5 tokens (vs_trl)": (5, 32), "prompt 96 tokens": (96, 32), "prompt 96 tokens, answers 128": (96, 128),
+}
 
 
-def _batch(vocab_size: int, prompt_len: int) -> TrainBatch:
+def _batch(vocab_size: int, prompt_len: int, answer_len: int) -> TrainBatch:
     g = torch.Generator().manual_seed(0)
     samples = []
     for p in range(PROMPTS):
         prompt = torch.randint(3, vocab_size, (prompt_len,), generator=g).tolist()
         for s in range(SAMPLES):
-            answer = torch.randint(3, vocab_size, (ANSWER_LEN,), generator=g).tolist()
-            samples.append(Sample(0, p, s, 0, prompt, answer, [-1.0] * ANSWER_LEN, [1] * ANSWER_LEN, "", "length",
+            answer = torch.randint(3, vocab_size, (answer_len,), generator=g).tolist()
+            samples.append(Sample(0, p, s, 0, prompt, answer, [-1.0] * answer_len, [1] * answer_len, "", "length",
                                   advantage=float(torch.randn((), generator=g))))
     return collate(samples, pad_token_id=0)
 
@@ -60,8 +64,8 @@ def _trainer(model_dir: Path, share: bool, precision: str) -> PolicyTrainer:
     return PolicyTrainer(model, cfg, PolicyObjective(AlgoConfig()), total_steps=4 * (REPEATS + 1))
 
 
-def bench_case(name: str, prompt_len: int, trainers: dict[str, PolicyTrainer]) -> float:
-    batch = _batch(trainers["shared"].model.config.vocab_size, prompt_len)
+def bench_case(name: str, prompt_len: int, answer_len: int, trainers: dict[str, PolicyTrainer]) -> float:
+    batch = _batch(trainers["shared"].model.config.vocab_size, prompt_len, answer_len)
     layout = trainers["shared"]._shared_layout(batch)
     times: dict[str, list[float]] = {mode: [] for mode in trainers}
     for repeat in range(REPEATS + 1):  # repeat 0 is the warm-up
@@ -72,7 +76,7 @@ def bench_case(name: str, prompt_len: int, trainers: dict[str, PolicyTrainer]) -
                 times[mode].append(time.perf_counter() - start)
     rows = "padded rows (not shared: the estimate saves less than MIN_SAVING)" if layout is None else (
         f"{tuple(layout.input_ids.shape)} packed vs {tuple(batch.input_ids.shape)} padded")
-    print(f"{name}: {PROMPTS} prompts x {SAMPLES} samples x {ANSWER_LEN} answer tokens, {rows}")
+    print(f"{name}: {PROMPTS} prompts x {SAMPLES} samples x {answer_len} answer tokens, {rows}")
     for mode, values in times.items():
         print(f"  {mode}: median {statistics.median(values):.3f} s/step (min {min(values):.3f}, max {max(values):.3f})")
     ratio = statistics.median(times["padded"]) / statistics.median(times["shared"])
@@ -92,8 +96,8 @@ def main() -> None:
         trainers = {"shared": _trainer(model_dir, True, args.precision), "padded": _trainer(model_dir, False, args.precision)}
         print(f"model {args.model} ({sum(p.numel() for p in trainers['shared'].model.parameters()) / 1e6:.1f} M params), "
               f"{args.precision}, {torch.get_num_threads()} threads")
-        for name, prompt_len in CASES.items():
-            bench_case(name, prompt_len, trainers)
+        for name, (prompt_len, answer_len) in CASES.items():
+            bench_case(name, prompt_len, answer_len, trainers)
 
 
 if __name__ == "__main__":

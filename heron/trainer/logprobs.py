@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import torch
 
+from heron.trainer.grouped_attention import KEYWORD as GROUPS_KEYWORD
+from heron.trainer.grouped_attention import install as install_grouped_attention
+from heron.trainer.grouped_attention import placeholder_mask
 from heron.trainer.lm_head_chunks import head_in_chunks, position_logprobs
 from heron.trainer.precision import ForwardContext, plain_forward
 from heron.trainer.shared_prompts import SharedLayout
@@ -41,21 +44,27 @@ def forward_logprobs(
     if layout is None:
         return _sequence_logprobs(model, input_ids, {"attention_mask": attention_mask}, temperature, with_entropy,
                                   chunk_size, forward_context)
-    inputs = {"attention_mask": layout.mask, "position_ids": layout.position_ids}
-    logprobs, entropy = _sequence_logprobs(model, layout.input_ids, inputs, temperature, with_entropy, chunk_size,
-                                           forward_context)
+    install_grouped_attention()
+    inputs = {"attention_mask": placeholder_mask(len(layout.input_ids), input_ids.device),
+              "position_ids": layout.position_ids, GROUPS_KEYWORD: layout.groups}
+    with layout.groups.counting(layout.num_layers(model)):
+        logprobs, entropy = _sequence_logprobs(model, layout.input_ids, inputs, temperature, with_entropy, chunk_size,
+                                               forward_context, layout.attention_length)
     return layout.gather(logprobs), None if entropy is None else layout.gather(entropy)
 
 
-def _sequence_logprobs(model, input_ids, inputs, temperature, with_entropy, chunk_size, forward_context):
+def _sequence_logprobs(model, input_ids, inputs, temperature, with_entropy, chunk_size, forward_context,
+                       attention_length=None):
     """(logprobs, entropy or None) [R, S-1] of rows ``input_ids`` [R, S]; ``inputs``: the
-    model's other keyword arguments (the mask, position ids)."""
+    model's other keyword arguments (the mask, position ids); ``attention_length``: the most keys
+    a query's attention runs over, for the kernel choice (default S)."""
     targets = input_ids[:, 1:]  # [R, S-1]
+    length = attention_length or input_ids.shape[1]
     if 0 < chunk_size < targets.shape[1]:
-        with forward_context(input_ids.shape[1]), head_in_chunks(model, targets, temperature, with_entropy, chunk_size) as head:
+        with forward_context(length), head_in_chunks(model, targets, temperature, with_entropy, chunk_size) as head:
             out = model(input_ids=input_ids, **inputs, use_cache=False).logits  # [R, S, k]
         return head.results(out)
-    with forward_context(input_ids.shape[1]):
+    with forward_context(length):
         logits = model(input_ids=input_ids, **inputs, use_cache=False).logits  # [R, S, V]
     return token_logprobs(logits, targets, temperature, with_entropy)
 

@@ -10,9 +10,11 @@ becomes one packed row:
 
     prompt[:-1] | prompt[-1] answer_1 | prompt[-1] answer_2 | ... | padding
 
-Each token keeps its own position id (answers start again at the prompt's end), and a boolean
-mask [G, 1, S, S] lets a token attend, causally, to the shared part and to its own segment only,
-so every token sees exactly the keys and positions it sees in its own padded row. The last
+Each token keeps its own position id (answers start again at the prompt's end), and a token
+attends, causally, to the shared part and to its own segment only, so every token sees exactly
+the keys and positions it sees in its own padded row. Attention runs by parts
+(heron.trainer.grouped_attention): the shared part once, then each segment against its group's
+shared keys and its own, never the dense [S, S] scores of the whole packed row. The last
 prompt token is repeated in every segment because its output predicts the first answer token,
 one target per sample. The logprobs (and entropies) of the packed positions are gathered back
 to the [B, L-1] layout of the batch; positions that predict no answer token are 0 there (the
@@ -23,19 +25,18 @@ matmuls group rows differently, attention sums over masked-out keys that add exa
 the shared prompt's gradient is the sum of its samples' (tests/tolerance.py, rule 2;
 tests/unit/test_shared_prompts.py).
 
-When (``train.share_prompts``, default on): for models that take a custom 4D mask and position ids as transformers' SDPA
-attention does (``unsupported_reason``), when at least two rows of a micro-batch share a prompt,
-and when the estimated cost is at least ``MIN_SAVING`` lower than the padded layout's,
+When (``train.share_prompts``, default on): for models whose attention is transformers' SDPA
+and takes position ids (``unsupported_reason``), when at least two rows of a micro-batch share a
+prompt, and when the estimated cost is at least ``MIN_SAVING`` lower than the padded layout's,
 
-    cost = rows x length x c_token + rows x length^2 x c_pair,
+    cost = tokens x c_token + query-key pairs x c_pair,
+    padded: tokens = B L, pairs = B L^2;  shared: tokens = G S, pairs = G p^2 + N a (p + a)
 
-with c_token = 2 (parameters per token: the layers' and the head's) and c_pair = 4 x layers x
-heads x head_dim (the scores and the weighted sum of dense, masked attention): long answers
-make the packed row's attention quadratic in the whole group, and then the padded layout is
-kept. The margin: a masked attention kernel runs below its FLOP rate, and where the estimate was
-0.95-0.975 of the padded cost (bench/vs_trl.py's 5-token prompts, 3.2 M and 25 M models) the
-step measured 0.96-1.00x; with 96-token prompts it is ~0.5 and the step ran 2.1-2.3x faster
-(bench/shared_prompts.py).
+with c_token = 2 (parameters per token: the layers' and the head's), c_pair = 4 x layers x heads
+x head_dim (the scores and the weighted sum), and p, a the longest shared part and segment
+(heron.trainer.grouped_attention). The margin: where the estimate was 0.95-0.975 of the padded
+cost (bench/vs_trl.py's 5-token prompts, 3.2 M and 25 M models) the step measured 0.96-1.00x;
+with 96-token prompts it is ~0.5 and the step ran 2.1-2.3x faster (bench/shared_prompts.py).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from heron.trainer.grouped_attention import PromptGroups
 
 MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 MIN_SAVING = 0.1  # share only where the estimate saves at least this fraction (module docstring)
@@ -56,8 +59,8 @@ class ForwardCost:
     per_token: float
     per_pair: float
 
-    def of(self, rows: int, length: int) -> float:
-        return rows * length * self.per_token + rows * length * length * self.per_pair
+    def of(self, tokens: int, pairs: int) -> float:
+        return tokens * self.per_token + pairs * self.per_pair
 
 
 def _config(model: torch.nn.Module):
@@ -76,11 +79,26 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
     if model_type not in MODEL_TYPES:
         return f"model type {model_type!r} (shared prompts know {', '.join(MODEL_TYPES)})"
     if getattr(config, "_attn_implementation", None) != "sdpa":
-        return f"attention implementation {config._attn_implementation!r} (needs sdpa, which takes a 4D mask)"
+        return f"attention implementation {config._attn_implementation!r} (needs sdpa)"
     if any(kind != "full_attention" for kind in getattr(config, "layer_types", None) or ()) or (
         getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True)
     ):
         return "sliding-window attention"
+    return _keywords_reason(model)
+
+
+def _keywords_reason(model: torch.nn.Module) -> str | None:
+    """Why the attention by parts would not reach ``model``'s attention calls (it travels as a
+    forward keyword through each decoder layer and its attention module), or None."""
+    import inspect
+
+    for module in model.modules():
+        attention = getattr(module, "self_attn", None)
+        if isinstance(attention, torch.nn.Module):
+            for part in (module, attention):
+                parameters = inspect.signature(part.forward).parameters.values()
+                if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+                    return f"{type(part).__name__}.forward takes no keyword arguments to pass to attention"
     return None
 
 
@@ -101,9 +119,29 @@ class SharedLayout:
 
     input_ids: torch.Tensor  # [G, S] long
     position_ids: torch.Tensor  # [G, S] long
-    mask: torch.Tensor  # [G, 1, S, S] bool: True where a query may attend to a key
+    segments: torch.Tensor  # [G, S] long: SHARED, PADDING, or the segment's number in its group
+    groups: PromptGroups  # where the parts sit, for the attention
     source: torch.Tensor  # [B, L-1] long: flat index into the packed [G, S-1] outputs
     valid: torch.Tensor  # [B, L-1] bool: the positions that have a source (they predict an answer token)
+
+    @property
+    def attention_length(self) -> int:
+        """The most keys any query attends over: a segment's, shared part and own (p + a)."""
+        return self.groups.shared + self.groups.segment_index.shape[1]
+
+    def num_layers(self, model: torch.nn.Module) -> int:
+        """Decoder layers of ``model``: the attention calls one forward makes."""
+        return _config(model).num_hidden_layers
+
+    def dense_mask(self) -> torch.Tensor:
+        """[G, 1, S, S] bool, True where a query may attend to a key: the visibility the parts
+        compute, as one mask (causal, within the shared part and the query's own segment; a
+        padding query attends to itself only)."""
+        width = self.segments.shape[1]
+        query, key = self.segments[:, :, None], self.segments[:, None, :]  # [G, S, 1], [G, 1, S]
+        causal = torch.ones(width, width, dtype=torch.bool, device=self.segments.device).tril()  # [S, S]
+        allowed = causal & ((key == SHARED) | (key == query)) & (query != PADDING) & (key != PADDING)
+        return (allowed | torch.eye(width, dtype=torch.bool, device=self.segments.device))[:, None]
 
     def gather(self, packed: torch.Tensor) -> torch.Tensor:
         """Packed per-position values [G, S-1] -> the batch's [B, L-1], 0 where nothing is predicted."""
@@ -140,7 +178,11 @@ def plan(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_lengths: 
     if len(groups) == len(ids):
         return None
     width = max(len(prompt) - 1 + sum(lengths[r] - len(prompt) + 1 for r in rows) for prompt, rows in groups.items())
-    if cost.of(len(groups), width) > (1 - MIN_SAVING) * cost.of(len(ids), input_ids.shape[1]):
+    shared = max(len(prompt) - 1 for prompt in groups)
+    segment = max(lengths[r] - len(prompt) + 1 for prompt, rows in groups.items() for r in rows)
+    pairs = len(groups) * shared**2 + len(ids) * segment * (shared + segment)
+    padded = len(ids) * input_ids.shape[1]
+    if cost.of(len(groups) * width, pairs) > (1 - MIN_SAVING) * cost.of(padded, padded * input_ids.shape[1]):
         return None
     return _pack(ids, lengths, list(groups.items()), width, input_ids)
 
@@ -154,6 +196,7 @@ def _pack(ids: list[list[int]], lengths: list[int], groups: list[tuple[tuple[int
     segments = torch.full((len(groups), width), PADDING, dtype=torch.long)  # [G, S]
     source = torch.zeros(num_rows, length - 1, dtype=torch.long)  # [B, L-1]
     valid = torch.zeros(num_rows, length - 1, dtype=torch.bool)  # [B, L-1]
+    spans = []  # per segment: (group, its shared length, first packed position, length)
     for g, (prompt, rows) in enumerate(groups):
         shared = len(prompt) - 1
         tokens[g, :shared] = torch.tensor(prompt[:shared], dtype=torch.long)
@@ -168,16 +211,30 @@ def _pack(ids: list[list[int]], lengths: list[int], groups: list[tuple[tuple[int
             # packed position start + j predicts the token at original position shared + j + 1
             source[row, shared : lengths[row] - 1] = g * (width - 1) + start + torch.arange(n - 1)
             valid[row, shared : lengths[row] - 1] = True
+            spans.append((g, shared, start, n))
             start += n
     device = like.device
-    return SharedLayout(tokens.to(device), positions.to(device), _mask(segments).to(device), source.to(device), valid.to(device))
+    parts = _groups(spans, segments).to(device)
+    return SharedLayout(tokens.to(device), positions.to(device), segments.to(device), parts, source.to(device),
+                        valid.to(device))
 
 
-def _mask(segments: torch.Tensor) -> torch.Tensor:
-    """segments [G, S] -> [G, 1, S, S] bool: causal, within the shared part and the query's own
-    segment; a padding query attends to itself only (its row of scores is never all masked)."""
-    width = segments.shape[1]
-    query, key = segments[:, :, None], segments[:, None, :]  # [G, S, 1], [G, 1, S]
-    causal = torch.ones(width, width, dtype=torch.bool).tril()  # [S, S]
-    allowed = causal & ((key == SHARED) | (key == query)) & (query != PADDING) & (key != PADDING)
-    return (allowed | torch.eye(width, dtype=torch.bool))[:, None]
+def _groups(spans: list[tuple[int, int, int, int]], segments: torch.Tensor) -> PromptGroups:
+    """The attention's index tensors (heron.trainer.grouped_attention.PromptGroups) of segments
+    ``spans`` (group, shared length, first packed position, length) in packed rows ``segments`` [G, S]."""
+    num_groups, width = segments.shape
+    p, a = max(span[1] for span in spans), max(span[3] for span in spans)
+    slot = torch.arange(a)  # [a]
+    segment_index = torch.zeros(len(spans), a, dtype=torch.long)  # [N, a]
+    mask = torch.zeros(len(spans), 1, a, p + a, dtype=torch.bool)  # [N, 1, a, p + a]
+    assemble = torch.zeros(num_groups * width, dtype=torch.long)  # [G * S]; padding positions read row 0
+    causal = torch.ones(a, a, dtype=torch.bool).tril()  # [a, a]
+    for i, (g, shared, start, n) in enumerate(spans):
+        segment_index[i] = g * width + start + slot.clamp(max=n - 1)  # slots past the segment repeat its last
+        mask[i, 0, :, :shared] = True
+        mask[i, 0, :, p:] = causal & (slot < n)  # own keys: causal, real ones
+        mask[i, 0, n:, p:] |= torch.eye(a, dtype=torch.bool)[n:]  # a padding slot sees itself: no empty row
+        assemble[g * width + start : g * width + start + n] = num_groups * p + i * a + torch.arange(n)
+        assemble[g * width : g * width + shared] = g * p + torch.arange(shared)
+    groups = torch.tensor([span[0] for span in spans], dtype=torch.long)  # [N]
+    return PromptGroups(p, groups, segment_index, mask, assemble)

@@ -37,7 +37,7 @@ def test_layout_by_hand():
     # group A: prompt[:-1] = [5, 6], then [7, 8, 9] and [7, 10]; group B: nothing shared, [11, 12, 13], [11, 14]
     assert layout.input_ids.tolist() == [[5, 6, 7, 8, 9, 7, 10], [11, 12, 13, 11, 14, 0, 0]]
     assert layout.position_ids.tolist() == [[0, 1, 2, 3, 4, 2, 3], [0, 1, 2, 0, 1, 0, 0]]
-    mask = layout.mask[:, 0].long().tolist()
+    mask = layout.dense_mask()[:, 0].long().tolist()
     assert mask[0][2] == [1, 1, 1, 0, 0, 0, 0]  # answer 1's first token: the shared part and itself
     assert mask[0][6] == [1, 1, 0, 0, 0, 1, 1]  # answer 2 never sees answer 1
     assert mask[0][1] == [1, 1, 0, 0, 0, 0, 0]  # the shared part is causal among itself
@@ -55,14 +55,20 @@ def test_layout_by_hand():
 def test_declined_when_nothing_is_shared_or_it_costs_more():
     input_ids, attention_mask, prompts = _hand_batch()
     assert plan(input_ids[[0, 2]], attention_mask[[0, 2]], prompts[[0, 2]], TOKENS) is None  # distinct prompts
-    # one-token prompt, long answers: the packed row [5 8 9 10 11 5 12 13 14 15] is twice as long, so its
-    # attention (10^2 pairs against 2 x 5^2) outweighs the 0 tokens it saves
+    # one-token prompt: the packed row [5 8 9 10 11 5 12 13 14 15] holds as many tokens as the two rows, and
+    # its segments' attention as many pairs (0 shared + 2 x 5 x 5 against 2 x 5^2): nothing saved
     long_answers = torch.tensor([[5, 8, 9, 10, 11], [5, 12, 13, 14, 15]])
     ones, one_token = torch.ones(2, 5, dtype=torch.long), torch.tensor([1, 1])
     assert plan(long_answers, ones, one_token, ForwardCost(per_token=1.0, per_pair=1.0)) is None
-    # the margin (MIN_SAVING): 14 + 2 x 49 = 112 against 20 + 4 x 25 = 120 saves 7 % (declined); 14 + 9.8 against 20 + 10, 21 %
-    assert plan(input_ids, attention_mask, prompts, ForwardCost(per_token=1.0, per_pair=1.0)) is None
-    assert plan(input_ids, attention_mask, prompts, ForwardCost(per_token=1.0, per_pair=0.1)) is not None
+    # the hand batch: 2 x 7 = 14 tokens and G p^2 + N a (p + a) = 2 x 4 + 4 x 3 x 5 = 68 pairs, against
+    # 4 x 5 = 20 tokens and 4 x 25 = 100 pairs: 82 against 120
+    assert plan(input_ids, attention_mask, prompts, ForwardCost(per_token=1.0, per_pair=1.0)) is not None
+    # the margin (MIN_SAVING = 10 %): two 10-token rows sharing 2 tokens pack into 1 + 9 + 9 = 19 tokens
+    # (5 % saved: declined); sharing 3, into 2 + 8 + 8 = 18 (10 %: shared)
+    rows = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 12, 13, 14], [5, 6, 7, 15, 16, 17, 18, 19, 20, 21]])
+    full = torch.ones(2, 10, dtype=torch.long)
+    assert plan(rows, full, torch.tensor([2, 2]), TOKENS) is None
+    assert plan(rows, full, torch.tensor([3, 3]), TOKENS) is not None
     assert plan(input_ids, attention_mask, torch.tensor([3, 3, 0, 0]), TOKENS) is None  # an empty prompt
 
 
@@ -79,6 +85,10 @@ def test_unsupported_models_are_named(tmp_path_factory):
 
     lora = apply_lora(AutoModelForCausalLM.from_pretrained(_model_dir(tmp_path_factory, "qwen3")), LoraConfig(enabled=True))
     assert unsupported_reason(lora) is None  # through the PeftModel wrapper
+    attention = sdpa.model.layers[1].self_attn  # an attention whose forward drops extra keywords
+    attention.forward = lambda hidden_states, position_embeddings, attention_mask=None, cache=None: None
+    assert "forward takes no keyword arguments to pass to attention" in unsupported_reason(sdpa)
+    sdpa = AutoModelForCausalLM.from_pretrained(_model_dir(tmp_path_factory, "qwen3"))
     cost = forward_cost(sdpa)
     config = sdpa.config
     assert cost.per_pair == 4 * config.num_hidden_layers * config.num_attention_heads * config.head_dim
@@ -101,10 +111,23 @@ def _grouped_batch(vocab: int, prompts=((5, 6, 7, 8, 9, 10), (11, 12), (13, 14, 
     return input_ids, attention_mask, torch.tensor([len(p) for p, _ in rows]), answer
 
 
+def _mistral_dir(tmp_path_factory):
+    """A random Mistral model without a sliding window (the shared layout's fourth model type)."""
+    from transformers import MistralConfig
+
+    torch.manual_seed(0)
+    config = MistralConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, sliding_window=None, pad_token_id=0)
+    folder = tmp_path_factory.mktemp("mistral")
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    return folder
+
+
 @pytest.mark.portability
-@pytest.mark.parametrize("kind", ARCHITECTURES)
+@pytest.mark.parametrize("kind", ARCHITECTURES + ["mistral"])
 def test_shared_logprobs_entropy_and_gradients_match_padded_rows(tmp_path_factory, kind):
-    model = AutoModelForCausalLM.from_pretrained(_model_dir(tmp_path_factory, kind), dtype=torch.float32)
+    folder = _mistral_dir(tmp_path_factory) if kind == "mistral" else _model_dir(tmp_path_factory, kind)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     input_ids, attention_mask, prompts, answer = _grouped_batch(model.config.vocab_size)
     layout = plan(input_ids, attention_mask, prompts, forward_cost(model))
     assert layout is not None and layout.input_ids.shape[0] == 3
