@@ -105,6 +105,12 @@ class AdaptersDisabled(torch.nn.Module):
         super().__init__()
         object.__setattr__(self, "policy", policy)  # not a submodule (see above)
 
+    @property
+    def config(self):
+        """The policy's model config: the reference is the same architecture (what the trainer's
+        forward reads, e.g. the decoder layers a shared-prompt forward must route)."""
+        return self.policy.config
+
     def forward(self, *args, **kwargs):
         policy = self.policy
         training = policy.training
