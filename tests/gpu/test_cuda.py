@@ -304,7 +304,7 @@ def test_lean_decoding_is_bit_identical_to_the_hf_forward_on_cuda(dtype):
 # --- shared prompts in the training forward on CUDA (heron.trainer.shared_prompts) ------------------
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_shared_prompt_logprobs_match_padded_rows_on_cuda(precision):
-    """A 4D boolean mask and position ids through CUDA SDPA: logprobs at the answer positions
+    """The attention by parts (heron.trainer.grouped_attention) and position ids through CUDA SDPA: logprobs at the answer positions
     within the CPU tier's bounds (tests/unit/test_shared_prompts.py), the packed forward + backward
     time printed next to the padded one (8 prompts x 4 samples, 192-token prompts, 64-token answers)."""
     import time
