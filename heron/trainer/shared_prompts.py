@@ -35,12 +35,15 @@ prompt, and when the estimated cost is at least ``MIN_SAVING`` lower than the pa
 with c_token = 2 (parameters per token: the layers' and the head's), c_pair = 4 x layers x heads
 x head_dim (the scores and the weighted sum), and p, a the longest shared part and segment
 (heron.trainer.grouped_attention). The margin: where the estimate was 0.95-0.975 of the padded
-cost (bench/vs_trl.py's 5-token prompts, 3.2 M and 25 M models) the step measured 0.96-1.00x;
-with 96-token prompts it is ~0.5 and the step ran 2.1-2.3x faster (bench/shared_prompts.py).
+cost (bench/vs_trl.py's 5-token prompts, 3.2 M and 25 M models) the step measured 0.96-1.00x
+with the dense mask this layout had first, and 1.00-1.01x with the attention by parts (shared at
+a 5 % margin); with 96-token prompts it is ~0.5 and the step ran 2.0-2.3x faster
+(bench/shared_prompts.py).
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -90,8 +93,6 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
 def _keywords_reason(model: torch.nn.Module) -> str | None:
     """Why the attention by parts would not reach ``model``'s attention calls (it travels as a
     forward keyword through each decoder layer and its attention module), or None."""
-    import inspect
-
     for module in model.modules():
         attention = getattr(module, "self_attn", None)
         if isinstance(attention, torch.nn.Module):
