@@ -122,7 +122,8 @@ Packed = tuple[torch.Tensor, "torch.Tensor | None", list[int]]  # weight, bias, 
 def _pack(linears: tuple[torch.nn.Linear, ...], rows: int) -> Packed | None:
     """``linears``' weights stacked along their outputs [sum N, K] and packed for ``rows`` rows,
     with their biases likewise (all or none carry one); None where there is no packed kernel."""
-    weight = packed_linear_weight(torch.cat([linear.weight for linear in linears]), rows)
+    stacked = linears[0].weight if len(linears) == 1 else torch.cat([linear.weight for linear in linears])
+    weight = packed_linear_weight(stacked, rows)
     if weight is None:
         return None
     bias = None if linears[0].bias is None else torch.cat([linear.bias for linear in linears])
@@ -171,17 +172,21 @@ class LeanDecoder:
         """The step's linears packed for ``rows`` rows: each layer's (q, k, v) and (gate, up)
         projections stacked into one weight each (alone where only some of them carry a bias),
         every other linear by itself; empty where the device has no packed kernel."""
-        packed, fused = {}, set()
+        groups: list[tuple[torch.nn.Linear, ...]] = []
         for layer in self.model.model.layers:
             attn, mlp = layer.self_attn, layer.mlp
             for group in ((attn.q_proj, attn.k_proj, attn.v_proj), (mlp.gate_proj, mlp.up_proj)):
                 if len({linear.bias is None for linear in group}) == 1:
-                    packed[group] = _pack(group, rows)
-                    fused.update(group)
-        for module in self.model.modules():
-            if type(module) is torch.nn.Linear and module not in fused:
-                packed[(module,)] = _pack((module,), rows)
-        return {} if any(entry is None for entry in packed.values()) else packed
+                    groups.append(group)
+        fused = {linear for group in groups for linear in group}
+        groups += [(m,) for m in self.model.modules() if type(m) is torch.nn.Linear and m not in fused]
+        packed = {}
+        for group in groups:
+            entry = _pack(group, rows)
+            if entry is None:  # no packed kernel here: every linear keeps F.linear
+                return {}
+            packed[group] = entry
+        return packed
 
     def _qk_norm_weights(self) -> list[torch.Tensor | None]:
         """Per layer, q_norm's weight repeated for every query head then k_norm's for every key
