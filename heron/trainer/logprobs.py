@@ -22,7 +22,7 @@ from heron.trainer.grouped_attention import install as install_grouped_attention
 from heron.trainer.grouped_attention import placeholder_mask
 from heron.trainer.lm_head_chunks import head_in_chunks, position_logprobs
 from heron.trainer.precision import ForwardContext, plain_forward
-from heron.trainer.shared_prompts import SharedLayout
+from heron.trainer.shared_prompts import SharedLayout, num_decoder_layers
 
 
 def forward_logprobs(
@@ -47,7 +47,7 @@ def forward_logprobs(
     install_grouped_attention()
     inputs = {"attention_mask": placeholder_mask(len(layout.input_ids), input_ids.device),
               "position_ids": layout.position_ids, GROUPS_KEYWORD: layout.groups}
-    with layout.groups.counting(layout.num_layers(model)):
+    with layout.groups.counting(num_decoder_layers(model)):
         logprobs, entropy = _sequence_logprobs(model, layout.input_ids, inputs, temperature, with_entropy, chunk_size,
                                                forward_context, layout.attention_length)
     return layout.gather(logprobs), None if entropy is None else layout.gather(entropy)

@@ -103,6 +103,11 @@ def _keywords_reason(model: torch.nn.Module) -> str | None:
     return None
 
 
+def num_decoder_layers(model: torch.nn.Module) -> int:
+    """Decoder layers of ``model`` (through a wrapper): the attention calls one forward makes."""
+    return _config(model).num_hidden_layers
+
+
 def forward_cost(model: torch.nn.Module) -> ForwardCost:
     """``model``'s per-token and per-pair FLOP estimates (module docstring)."""
     config = _config(model)
@@ -129,10 +134,6 @@ class SharedLayout:
     def attention_length(self) -> int:
         """The most keys any query attends over: a segment's, shared part and own (p + a)."""
         return self.groups.shared + self.groups.segment_index.shape[1]
-
-    def num_layers(self, model: torch.nn.Module) -> int:
-        """Decoder layers of ``model``: the attention calls one forward makes."""
-        return _config(model).num_hidden_layers
 
     def dense_mask(self) -> torch.Tensor:
         """[G, 1, S, S] bool, True where a query may attend to a key: the visibility the parts
@@ -229,13 +230,14 @@ def _groups(spans: list[tuple[int, int, int, int]], segments: torch.Tensor) -> P
     segment_index = torch.zeros(len(spans), a, dtype=torch.long)  # [N, a]
     mask = torch.zeros(len(spans), 1, a, p + a, dtype=torch.bool)  # [N, 1, a, p + a]
     assemble = torch.zeros(num_groups * width, dtype=torch.long)  # [G * S]; padding positions read row 0
-    causal = torch.ones(a, a, dtype=torch.bool).tril()  # [a, a]
+    causal, itself = torch.ones(a, a, dtype=torch.bool).tril(), torch.eye(a, dtype=torch.bool)  # [a, a] each
     for i, (g, shared, start, n) in enumerate(spans):
         segment_index[i] = g * width + start + slot.clamp(max=n - 1)  # slots past the segment repeat its last
         mask[i, 0, :, :shared] = True
         mask[i, 0, :, p:] = causal & (slot < n)  # own keys: causal, real ones
-        mask[i, 0, n:, p:] |= torch.eye(a, dtype=torch.bool)[n:]  # a padding slot sees itself: no empty row
+        mask[i, 0, n:, p:] |= itself[n:]  # a padding slot sees itself: no empty row
         assemble[g * width + start : g * width + start + n] = num_groups * p + i * a + torch.arange(n)
+    for g, shared in {span[0]: span[1] for span in spans}.items():  # each group's shared part, once
         assemble[g * width : g * width + shared] = g * p + torch.arange(shared)
     groups = torch.tensor([span[0] for span in spans], dtype=torch.long)  # [N]
     return PromptGroups(p, groups, segment_index, mask, assemble)
