@@ -49,15 +49,17 @@ def _batch(vocab: int, rank: int):
 
 
 def _train_counted(trainer, rank: int, out: Path, make_batch=None) -> dict:
-    """Trains on ``make_batch(vocab, rank)`` (default ``_batch``), counting the model's forwards."""
-    calls = []
-    hook = trainer.model.register_forward_hook(lambda *_: calls.append(1))
+    """Trains on ``make_batch(vocab, rank)`` (default ``_batch``), recording the rows of every
+    forward the model sees."""
+    rows = []
+    hook = trainer.model.register_forward_hook(lambda _m, _a, kwargs, _o: rows.append(kwargs["input_ids"].shape[0]),
+                                               with_kwargs=True)
     metrics = trainer.train((make_batch or _batch)(trainer.model.config.vocab_size, rank))
     hook.remove()
     weights = trainer.host_weights()  # full weights on rank 0, {} elsewhere
     if rank == 0:
         torch.save(weights, out)
-    return {"forwards": len(calls), "metrics": metrics}
+    return {"forwards": len(rows), "rows": rows, "metrics": metrics}
 
 
 def _scenarios(rank: int, tmp: Path, model_dir: str) -> dict:

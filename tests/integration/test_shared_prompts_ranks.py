@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.gloo_ranks import on_gloo_ranks
-from tests.integration.test_old_logprobs_ranks import MICRO, _trainer
+from tests.integration.test_old_logprobs_ranks import MICRO, _train_counted, _trainer
 from tests.integration.test_packing_ranks import assert_same_rank_updates
 
 WORLD, ROWS, LENGTH = 2, 4, 14
@@ -40,23 +40,11 @@ def _batch(vocab: int, rank: int):
     )
 
 
-def _train(trainer, rank: int, out: Path) -> dict:
-    """Trains on ``_batch``, recording the rows of every forward the model sees."""
-    rows = []
-    hook = trainer.model.register_forward_hook(lambda _m, _a, kwargs, _o: rows.append(kwargs["input_ids"].shape[0]),
-                                               with_kwargs=True)
-    metrics = trainer.train(_batch(trainer.model.config.vocab_size, rank))
-    hook.remove()
-    weights = trainer.host_weights()  # full weights on rank 0, {} elsewhere
-    if rank == 0:
-        torch.save(weights, out)
-    return {"rows": rows, "metrics": metrics}
-
-
 def _scenarios(rank: int, tmp: Path, model_dir: str) -> dict:
     runs = {"shared": {}, "padded": {"share_prompts": False}}
     # eps = 1: AdamW's update is Lipschitz in the gradient (tests/tolerance.py, rule 3)
-    return {name: _train(_trainer(model_dir, eps=1.0, **kw), rank, tmp / f"{name}.pt") for name, kw in runs.items()}
+    return {name: _train_counted(_trainer(model_dir, eps=1.0, **kw), rank, tmp / f"{name}.pt", _batch)
+            for name, kw in runs.items()}
 
 
 @pytest.fixture(scope="module")
