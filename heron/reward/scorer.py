@@ -3,8 +3,8 @@ eval answers), isolating failures.
 
 One reward function, called per sample, per group or per batch (``reward.scope``), sync or
 async. Sync calls run inline only when ``reward.timeout_s=0`` and ``reward.max_concurrency=1``;
-otherwise each runs on a thread of its own (~0.2 ms per call on two busy cores), so its
-deadline can be kept. Async calls run as concurrent tasks on one event loop.
+otherwise on ``reward.max_concurrency`` daemon threads started per batch, each call with its own
+deadline (heron.reward.deadline_pool). Async calls run as concurrent tasks on one event loop.
 
 A call fails when it raises, runs past ``reward.timeout_s`` (60 s by default), or returns
 anything but one finite real number per response. A real number is a bool, int, float or
@@ -16,7 +16,7 @@ with the sample id and counted: ``reward/num_errors`` counts the latest training
 eval reports its own ``eval/.../reward_errors``.
 
 A timed-out sync call cannot be killed (Python threads cannot be): its thread is abandoned
-and finishes in the background; the run moves on.
+and finishes in the background, a fresh thread takes its place; the run moves on.
 """
 
 from __future__ import annotations
@@ -25,15 +25,14 @@ import asyncio
 import logging
 import math
 import numbers
-import threading
 from collections.abc import Sequence as SequenceABC
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from heron.config.reward import RewardConfig
 from heron.records import Prompt, RolloutBatch
 from heron.reward.builtin import BUILTIN_REWARDS
+from heron.reward.deadline_pool import run_with_deadlines
 from heron.reward.overlong import overlong_penalty
 
 log = logging.getLogger("heron.reward")
@@ -161,8 +160,7 @@ class RewardScorer:
         timeout = self.cfg.timeout_s or None
         if self.cfg.max_concurrency == 1 and timeout is None:
             return [_capture(self.fn, call.args) for call in calls]
-        with ThreadPoolExecutor(max_workers=self.cfg.max_concurrency, thread_name_prefix="reward") as pool:
-            return list(pool.map(lambda call: _call_with_timeout(self.fn, call.args, timeout), calls))
+        return run_with_deadlines(self.fn, [call.args for call in calls], self.cfg.max_concurrency, timeout)
 
     def _run_async(self, calls: list[_Call]) -> list[Any]:
         async def run_all():
@@ -225,18 +223,6 @@ def _capture(fn: Callable[..., Any], args: tuple) -> Any:
         return fn(*args)
     except Exception as e:  # noqa: BLE001 -- isolated per call, reported by _check
         return e
-
-
-def _call_with_timeout(fn: Callable[..., Any], args: tuple, timeout: float | None) -> Any:
-    if timeout is None:
-        return _capture(fn, args)
-    box: list[Any] = []
-    worker = threading.Thread(target=lambda: box.append(_capture(fn, args)), daemon=True, name="reward-call")
-    worker.start()
-    worker.join(timeout)
-    if not box:
-        return TimeoutError(f"reward call took longer than reward.timeout_s={timeout}")
-    return box[0]
 
 
 def _short(value: Any) -> str:
