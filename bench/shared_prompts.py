@@ -8,7 +8,10 @@ row per sample (``false``). Calls alternate (in turn first) to share machine noi
 warm-up each, the ratio of medians and of minima of the wall time. Cases: the prompt length of
 bench/vs_trl.py's addition problems (5 tokens), a longer prompt (a chat-templated problem), and
 that prompt with long answers (where the packed row's attention would dominate if it were one
-dense [S, S] mask: heron.trainer.grouped_attention).
+dense [S, S] mask: heron.trainer.grouped_attention), and that prompt under a token budget
+(``train.max_tokens_per_micro_batch``, ``BUDGET``): the budget counts the tokens each forward
+holds, so shared micro-batches take more rows and the step runs fewer forwards (each side's
+count is printed).
 The last line per case is ``shared_prompts: train_step_speedup=<padded / shared>  [case]``
 (> 1: sharing is faster).
 
@@ -39,8 +42,10 @@ from heron.trainer.objectives import PolicyObjective  # noqa: E402
 from heron.trainer.policy_trainer import PolicyTrainer  # noqa: E402
 
 PROMPTS, SAMPLES, REPEATS = 8, 4, 8
-CASES = {  # name -> (prompt tokens, answer tokens)
-    "prompt 5 tokens (vs_trl)": (5, 32), "prompt 96 tokens": (96, 32), "prompt 96 tokens, answers 128": (96, 128),
+BUDGET = 1024  # tokens per micro-batch of the budget case: 8 padded rows of 128 tokens, 4 shared groups of 227
+CASES = {  # name -> (prompt tokens, answer tokens, train.max_tokens_per_micro_batch)
+    "prompt 5 tokens (vs_trl)": (5, 32, 0), "prompt 96 tokens": (96, 32, 0), "prompt 96 tokens, answers 128": (96, 128, 0),
+    f"prompt 96 tokens, budget {BUDGET} tokens": (96, 32, BUDGET),
 }
 
 
@@ -56,17 +61,19 @@ def _batch(vocab_size: int, prompt_len: int, answer_len: int) -> TrainBatch:
     return collate(samples, pad_token_id=0)
 
 
-def _trainer(model_dir: Path, share: bool, precision: str) -> PolicyTrainer:
+def _trainer(model_dir: Path, share: bool, precision: str, budget: int = 0) -> PolicyTrainer:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    cfg = TrainConfig(lr=1e-6, micro_batch_size=PROMPTS * SAMPLES, share_prompts=share, precision=precision)
+    cfg = TrainConfig(lr=1e-6, micro_batch_size=PROMPTS * SAMPLES, share_prompts=share, precision=precision,
+                      max_tokens_per_micro_batch=budget)
     return PolicyTrainer(model, cfg, PolicyObjective(AlgoConfig()), total_steps=4 * (REPEATS + 1))
 
 
 def bench_case(name: str, prompt_len: int, answer_len: int, trainers: dict[str, PolicyTrainer]) -> float:
     batch = _batch(trainers["shared"].model.config.vocab_size, prompt_len, answer_len)
     layout = trainers["shared"]._shared_layout(batch)
+    forwards = {mode: len(trainer._micro_batches(batch)) for mode, trainer in trainers.items()}
     times: dict[str, list[float]] = {mode: [] for mode in trainers}
     for repeat in range(REPEATS + 1):  # repeat 0 is the warm-up
         for mode, trainer in list(trainers.items())[:: 1 if repeat % 2 else -1]:
@@ -78,7 +85,7 @@ def bench_case(name: str, prompt_len: int, answer_len: int, trainers: dict[str, 
         f"{tuple(layout.input_ids.shape)} packed vs {tuple(batch.input_ids.shape)} padded")
     print(f"{name}: {PROMPTS} prompts x {SAMPLES} samples x {answer_len} answer tokens, {rows}")
     for mode, values in times.items():
-        print(f"  {mode}: median {statistics.median(values):.3f} s/step (min {min(values):.3f}, max {max(values):.3f})")
+        print(f"  {mode}: {forwards[mode]} forward(s), median {statistics.median(values):.3f} s/step (min {min(values):.3f}, max {max(values):.3f})")
     ratio = statistics.median(times["padded"]) / statistics.median(times["shared"])
     best = min(times["padded"]) / min(times["shared"])
     print(f"shared_prompts: train_step_speedup={ratio:.2f} best_of={best:.2f}  [{name}]")
@@ -93,10 +100,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         corpus = [p.text + p.label for p in make_prompts(2000, seed=0, max_digits=3)]
         model_dir = create_toy_model(Path(tmp) / "model", corpus, MODELS[args.model])
-        trainers = {"shared": _trainer(model_dir, True, args.precision), "padded": _trainer(model_dir, False, args.precision)}
-        print(f"model {args.model} ({sum(p.numel() for p in trainers['shared'].model.parameters()) / 1e6:.1f} M params), "
-              f"{args.precision}, {torch.get_num_threads()} threads")
-        for name, (prompt_len, answer_len) in CASES.items():
+        print(f"model {args.model}, {args.precision}, {torch.get_num_threads()} threads")
+        for name, (prompt_len, answer_len, budget) in CASES.items():
+            trainers = {"shared": _trainer(model_dir, True, args.precision, budget),
+                        "padded": _trainer(model_dir, False, args.precision, budget)}
             bench_case(name, prompt_len, answer_len, trainers)
 
 

@@ -21,7 +21,8 @@ class TrainConfig:
     steps_per_rollout: int = doc("Optimizer steps per rollout: the batch is split into this many mini-batches.", 1)
     micro_batch_size: int = doc("Sequences per forward/backward; gradients accumulate over a mini-batch.", 8)
     max_tokens_per_micro_batch: int = doc(
-        "Token budget of a micro-batch (rows x their padded length); 0 packs micro_batch_size rows in batch "
+        "Token budget of a micro-batch: the tokens its forward holds (rows x their padded length; with shared "
+        "prompts, the packed rows x their length); 0 packs micro_batch_size rows in batch "
         "order. > 0: rows are sorted by length and packed greedily under the budget, each micro-batch padded "
         "only to its own longest row (a row longer than the budget is a micro-batch of its own); micro_batch_size "
         "is then unused. The loss normaliser is the mini-batch's either way, so the gradient is the same sum "

@@ -234,7 +234,7 @@ class PolicyTrainer(Resident):
         ``rows``: only those rows (None: all)."""
         return micro_batches(
             mini, self.cfg.micro_batch_size, self.cfg.max_tokens_per_micro_batch, self._micro_batch_count, rows,
-            prompts_together=self._share_cost is not None,
+            share_cost=self._share_cost,
         )
 
     def _parts_to_train(self, mini: TrainBatch) -> tuple[list[MicroBatch], LossNormalizer, float | None]:

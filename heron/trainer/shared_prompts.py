@@ -174,19 +174,41 @@ def plan(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_lengths: 
     """The shared layout of a right-padded micro-batch (input_ids, attention_mask [B, L],
     prompt_lengths [B]), or None when no two rows share a prompt or it would cost more."""
     ids, lengths, prompts = input_ids.tolist(), attention_mask.sum(-1).tolist(), prompt_lengths.tolist()
-    if min(prompts) < 1:
-        return None
     groups = _by_prompt(ids, prompts)
-    if len(groups) == len(ids):
+    group_of = [0] * len(ids)
+    for g, rows in enumerate(groups.values()):
+        for row in rows:
+            group_of[row] = g
+    shape = shared_shape(lengths, prompts, group_of, input_ids.shape[1], cost)
+    if shape is None:
         return None
-    width = max(len(prompt) - 1 + sum(lengths[r] - len(prompt) + 1 for r in rows) for prompt, rows in groups.items())
-    shared = max(len(prompt) - 1 for prompt in groups)
-    segment = max(lengths[r] - len(prompt) + 1 for prompt, rows in groups.items() for r in rows)
-    pairs = len(groups) * shared**2 + len(ids) * segment * (shared + segment)
-    padded = len(ids) * input_ids.shape[1]
-    if cost.of(len(groups) * width, pairs) > (1 - MIN_SAVING) * cost.of(padded, padded * input_ids.shape[1]):
+    return _pack(ids, lengths, list(groups.items()), shape[1], input_ids)
+
+
+def shared_shape(lengths: list[int], prompt_lengths: list[int], prompts: list[int], length: int,
+                 cost: ForwardCost) -> tuple[int, int] | None:
+    """(G, S) of the layout ``plan`` builds for rows of ``lengths`` tokens with these prompt
+    lengths and prompt ids (rows with one id have the same prompt tokens) in a micro-batch of
+    ``length`` positions, or None where it keeps one padded row per sample: no two rows share a
+    prompt, a prompt is empty, or the estimate saves less than MIN_SAVING. Packing under a token
+    budget asks this too (heron.trainer.packing), so that the budget counts the tokens the
+    forward will hold."""
+    if not lengths or min(prompt_lengths) < 1:
         return None
-    return _pack(ids, lengths, list(groups.items()), width, input_ids)
+    members: dict[int, list[int]] = {}
+    for row, prompt in enumerate(prompts):
+        members.setdefault(prompt, []).append(row)
+    if len(members) == len(lengths):
+        return None
+    width = max(prompt_lengths[rows[0]] - 1 + sum(lengths[r] - prompt_lengths[r] + 1 for r in rows)
+                for rows in members.values())
+    shared = max(prompt_lengths[rows[0]] - 1 for rows in members.values())
+    segment = max(n - p + 1 for n, p in zip(lengths, prompt_lengths))
+    pairs = len(members) * shared**2 + len(lengths) * segment * (shared + segment)
+    padded = len(lengths) * length
+    if cost.of(len(members) * width, pairs) > (1 - MIN_SAVING) * cost.of(padded, padded * length):
+        return None
+    return len(members), width
 
 
 def _pack(ids: list[list[int]], lengths: list[int], groups: list[tuple[tuple[int, ...], list[int]]],

@@ -41,11 +41,30 @@ def test_pack_rows_keeps_the_rows_of_a_prompt_together():
     assert pack_rows([10, 2, 9, 9], 19, prompts=[0, 0, 1, 1]) == [[0], [1, 2], [3]]
 
 
+def test_pack_rows_counts_what_a_group_holds_when_told():
+    """``tokens``: a group's size other than rows x longest (shared prompts: the packed layout's);
+    here each prompt's first row counts in full and its others by their length minus 5."""
+    prompts = [0, 0, 0, 1]
+
+    def held(group):
+        return sum(n if k == 0 or prompts[group[k - 1]] != prompts[i] else n - 5
+                   for k, (i, n) in enumerate((i, [9, 8, 7, 9][i]) for i in group))
+
+    assert pack_rows([9, 8, 7, 9], 18, prompts) == [[0, 1], [2, 3]]  # rows x longest: 2 x 9 = 18
+    assert pack_rows([9, 8, 7, 9], 18, prompts, held) == [[0, 1, 2], [3]]  # 9 + 3 + 2 = 14; + 9 = 23
+
+
 def test_split_to_count_halves_the_largest_groups():
     assert split_to_count([[0, 1, 2, 3], [4]], 3) == [[0, 1], [2, 3], [4]]
     assert split_to_count([[0], [1, 2, 3]], 2) == [[0], [1, 2, 3]]
     with pytest.raises(ValueError, match="cannot split 2 rows into 3"):
         split_to_count([[0], [1]], 3)
+    assert split_to_count([[0, 1, 2, 3, 4]], 2) == [[0, 1, 2], [3, 4]]
+    # the cut nearest the middle where both parts fit: rows 0-2 share a prompt, 3-4 another
+    same_prompt = lambda group: len({row < 3 for row in group}) == 1  # noqa: E731
+    assert split_to_count([[0, 1, 2, 3, 4]], 2, same_prompt) == [[0, 1, 2], [3, 4]]
+    assert split_to_count([[3, 4, 0, 1, 2]], 2, same_prompt) == [[3, 4], [0, 1, 2]]
+    assert split_to_count([[0, 3, 1, 4]], 2, lambda group: False) == [[0, 3], [1, 4]]  # nothing fits: the middle
 
 
 def test_packed_micro_batches_are_cut_to_their_longest_row(toy_model_dir):

@@ -241,3 +241,54 @@ def test_token_budget_packing_keeps_prompts_together_and_gives_the_padded_update
     assert len(set(ids)) == 4 and pairs(shared) < pairs(padded), (pairs(shared), pairs(padded))
     assert any(_shared_applies(shared, part.batch) for part in shared._micro_batches(batch))
     assert_same_update(shared, padded, batch)
+
+
+def test_shared_shape_is_the_shape_plan_builds(toy_model_dir):
+    """Packing asks shared_shape what plan would build without building it: on every subset of
+    rows tried and under three cost models, the same decision and the same [G, S]."""
+    from heron.trainer.packing import cut_length
+    from heron.trainer.shared_prompts import prompt_ids, shared_shape
+
+    _, _, batch = _rollout(toy_model_dir)
+    lengths, ids = batch.attention_mask.sum(-1).tolist(), prompt_ids(batch.input_ids, batch.prompt_lengths)
+    generator = torch.Generator().manual_seed(0)
+    decisions = set()
+    for cost in (TOKENS, ForwardCost(per_token=1.0, per_pair=1.0), forward_cost(_trainer(toy_model_dir).model)):
+        for size in (1, 2, 3, 5, 8, 16):
+            for _ in range(6):
+                rows = sorted(torch.randperm(len(batch), generator=generator)[:size].tolist())
+                length = cut_length([lengths[r] for r in rows], batch.input_ids.shape[1])
+                part = batch.take(rows, length)
+                layout = plan(part.input_ids, part.attention_mask, part.prompt_lengths, cost)
+                shape = shared_shape([lengths[r] for r in rows], part.prompt_lengths.tolist(), [ids[r] for r in rows],
+                                     length, cost)
+                assert shape == (None if layout is None else tuple(layout.input_ids.shape)), rows
+                decisions.add(shape is None)
+    assert decisions == {True, False}
+
+
+@pytest.mark.portability
+def test_token_budget_counts_the_shared_layout(toy_model_dir):
+    """With shared prompts the budget counts the tokens the forward holds (packed rows x their
+    length), not the padded rows': every micro-batch's forward fits the budget, fewer micro-batches
+    hold the rollout than with padded rows, and the update is still the padded rows'."""
+    from heron.trainer.packing import micro_batches
+
+    _, _, batch = _rollout(toy_model_dir)
+    budget = 6 * batch.input_ids.shape[1]
+    shared = _trainer(toy_model_dir, max_tokens_per_micro_batch=budget)
+    padded = _trainer(toy_model_dir, max_tokens_per_micro_batch=budget, share_prompts=False)
+
+    def held(trainer, part) -> int:
+        layout = trainer._shared_layout(part.batch)
+        return part.batch.input_ids.numel() if layout is None else layout.input_ids.numel()
+
+    shared_parts, padded_parts = shared._micro_batches(batch), padded._micro_batches(batch)
+    assert all(held(shared, part) <= budget for part in shared_parts)
+    assert all(_shared_applies(shared, part.batch) for part in shared_parts)
+    assert len(shared_parts) < len(padded_parts), (len(shared_parts), len(padded_parts))
+    # a rank that must run more forwards than it packed (data parallel) cuts its micro-batches
+    # where both parts still fit
+    more = micro_batches(batch, 4, budget, count=lambda n: n + 3, share_cost=shared._share_cost)
+    assert len(more) == len(shared_parts) + 3 and all(held(shared, part) <= budget for part in more)
+    assert_same_update(shared, padded, batch)
