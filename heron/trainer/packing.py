@@ -155,8 +155,8 @@ def _groups(rows: list[int], lengths: list[int], micro_batch_size: int, budget: 
     if budget.max_tokens <= 0:
         return [rows[s : s + micro_batch_size] for s in range(0, len(rows), micro_batch_size)]
     chosen_prompts = None if budget.prompts is None else [budget.prompts[i] for i in rows]
-    tokens = None if budget.cost is None else (lambda group: budget.tokens([rows[k] for k in group]))
-    packed = pack_rows([lengths[i] for i in rows], budget.max_tokens, chosen_prompts, tokens)
+    packed = pack_rows([lengths[i] for i in rows], budget.max_tokens, chosen_prompts,
+                       lambda group: budget.tokens([rows[k] for k in group]))
     return [[rows[k] for k in group] for group in packed]
 
 
