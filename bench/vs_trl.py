@@ -26,7 +26,8 @@ tags the ratio line ``instruction prompt``.
 TRL lives in its own venv (``.venv-trl``, requirements-trl.txt: trl 1.16.0 with heron's torch,
 transformers and tokenizers pins), created here when missing (~2 min); ``--no-venv`` skips the
 TRL side instead when it is missing (CI). The last lines, one per model size, are
-``vs_trl: samples_per_s_heron_vs_trl=<TRL s/step / heron s/step>  [model]`` (> 1: heron is faster).
+``vs_trl: samples_per_s_heron_vs_trl=<TRL s/step / heron s/step> (per round <the same ratio of each
+round's two runs>)  [model]`` (> 1: heron is faster; the per-round ratios show the machine's noise).
 
     .venv/bin/python bench/vs_trl.py [--models toy,3M,25M] [--rounds 2] [--no-venv] [--precision bf16] [--instruction]
 """
@@ -111,7 +112,10 @@ def trl_steps(python: Path, model_dir: Path, data: Path, out: Path, precision: s
     return times["step_s"], times["generate_s"]
 
 
-def bench_model(name: str, python: Path | None, tmp: Path, rounds: int, precision: str, instruction: str = "") -> float | None:
+def bench_model(name: str, python: Path | None, tmp: Path, rounds: int, precision: str,
+                instruction: str = "") -> tuple[float, list[float]] | None:
+    """(TRL s/step / heron s/step from each side's median over rounds, the same ratio per round), or
+    None without the TRL side."""
     corpus = [p.text + p.label for p in make_prompts(2000, seed=0, max_digits=3)]
     model_dir = create_toy_model(tmp / name / "model", corpus, MODELS[name])
     data = tmp / name / "prompts.jsonl"
@@ -133,7 +137,8 @@ def bench_model(name: str, python: Path | None, tmp: Path, rounds: int, precisio
                   + " ".join(f"{s:.2f}" for s in steps[1:]) + ")", flush=True)
     if python is None:
         return None
-    return statistics.median(medians["trl"]) / statistics.median(medians["heron"])
+    per_round = [trl / heron for trl, heron in zip(medians["trl"], medians["heron"])]
+    return statistics.median(medians["trl"]) / statistics.median(medians["heron"]), per_round
 
 
 def main() -> None:
@@ -157,11 +162,13 @@ def main() -> None:
         for name in names:
             ratios[name] = bench_model(name, python, Path(tmp), args.rounds, args.precision,
                                        INSTRUCTION if args.instruction else "")
-    for name, ratio in ratios.items():
-        if ratio is not None:
+    for name, result in ratios.items():
+        if result is not None:
+            ratio, per_round = result
             tag = ", ".join([name] + ([args.precision] if args.precision != "fp32" else [])
                             + (["instruction prompt"] if args.instruction else []))
-            print(f"vs_trl: samples_per_s_heron_vs_trl={ratio:.2f}  [{tag}]")
+            print(f"vs_trl: samples_per_s_heron_vs_trl={ratio:.2f} (per round " + " ".join(f"{r:.2f}" for r in per_round)
+                  + f")  [{tag}]")
 
 
 if __name__ == "__main__":
