@@ -62,8 +62,9 @@ class Components:
         return self.trainer if self.critic is None else WithCritic(self.trainer, self.critic)
 
     def close(self) -> None:
-        """Stops the generator's thread, the engine's servers, then the executor's actors and
-        the Ray session it started (no-op locally); idempotent."""
+        """Stops the generator's thread, the reward's worker processes, the engine's servers, then
+        the executor's actors and the Ray session it started (no-op locally); idempotent."""
         self.generator.close()  # async generation: stop the background thread first
+        self.scorer.close()
         self.engine.close()
         self.executor.close()

@@ -130,6 +130,7 @@ def _run_eval(cfg: HeronConfig, model_path: str) -> dict[str, float]:
     try:
         return suite.evaluate(engine)
     finally:
+        scorer.close()
         engine.close()
 
 

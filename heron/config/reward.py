@@ -64,6 +64,12 @@ class RewardConfig:
         DEFAULT_REWARD_TIMEOUT_S,
     )
     max_concurrency: int = doc("Reward calls in flight at once (threads for sync functions, tasks for async).", 1)
+    processes: int = doc(
+        "Worker processes for a sync reward function (0: threads in this process, reward.max_concurrency of them). "
+        "For CPU-bound rewards such as math-verify's symbolic checks, which threads cannot run in parallel; "
+        "a call past reward.timeout_s is killed with its worker (heron.reward.process_pool).",
+        0,
+    )
     remote: RemoteRewardConfig = doc("The HTTP reward model used by reward.fn=remote.", factory=RemoteRewardConfig)
     overlong_buffer: int = doc(
         "DAPO's overlong reward shaping: a response longer than rollout.max_new_tokens - overlong_buffer tokens loses "
@@ -77,6 +83,7 @@ class RewardConfig:
         check(self.overlong_buffer >= 0, f"reward.overlong_buffer must be >= 0, got {self.overlong_buffer}")
         check(self.overlong_penalty >= 0, f"reward.overlong_penalty must be >= 0, got {self.overlong_penalty}")
         check(self.max_concurrency >= 1, f"reward.max_concurrency must be >= 1, got {self.max_concurrency}")
+        check(self.processes >= 0, f"reward.processes must be >= 0 (0: threads), got {self.processes}")
         check(
             self.fn not in BUILTIN_REWARD_NAMES or self.scope == "sample",
             f"reward.scope={self.scope} applies to hook rewards only; the built-in reward.fn={self.fn} scores per sample",

@@ -155,7 +155,8 @@ def generate(ctx, prompt):
             asyncness="either",
             when=(
                 "In the reward step, once per sample (and once per eval prompt). Sync hooks run on up to "
-                "reward.max_concurrency threads, async ones as concurrent tasks; an exception or a call over "
+                "reward.max_concurrency threads (or in reward.processes worker processes, where arguments and result "
+                "must pickle), async ones as concurrent tasks; an exception or a call over "
                 "reward.timeout_s gets reward.failure_value under reward.on_error=penalize."
             ),
             example="""\

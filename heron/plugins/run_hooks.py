@@ -33,7 +33,7 @@ class RunHooks:
 
 
 def load_run_hooks(hooks: HooksConfig, reward: RewardConfig) -> RunHooks:
-    from heron.reward.scorer import build_reward_fn
+    from heron.reward.reward_fn import build_reward_fn
 
     h = hooks
     reward_fn, scope = build_reward_fn(reward)

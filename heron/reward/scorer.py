@@ -4,7 +4,9 @@ eval answers), isolating failures.
 One reward function, called per sample, per group or per batch (``reward.scope``), sync or
 async. Sync calls run inline only when ``reward.timeout_s=0`` and ``reward.max_concurrency=1``;
 otherwise on ``reward.max_concurrency`` daemon threads started per batch, each call with its own
-deadline (heron.reward.deadline_pool). Async calls run as concurrent tasks on one event loop.
+deadline (heron.reward.deadline_pool), or with ``reward.processes`` in that many worker processes
+(heron.reward.process_pool: CPU-bound rewards in parallel). Async calls run as concurrent tasks
+on one event loop.
 
 A call fails when it raises, runs past ``reward.timeout_s`` (60 s by default), or returns
 anything but one finite real number per response. A real number is a bool, int, float or
@@ -31,8 +33,9 @@ from typing import Any, Callable, Sequence
 
 from heron.config.reward import RewardConfig
 from heron.records import Prompt, RolloutBatch
-from heron.reward.builtin import BUILTIN_REWARDS
+from heron.reward.reward_fn import build_reward_fn
 from heron.reward.deadline_pool import run_with_deadlines
+from heron.reward.process_pool import RewardProcesses
 from heron.reward.overlong import overlong_penalty
 
 log = logging.getLogger("heron.reward")
@@ -60,22 +63,6 @@ class RewardScores:
     num_errors: int
 
 
-def build_reward_fn(cfg: RewardConfig) -> tuple[Callable[..., Any], str]:
-    """(function, scope) for ``reward.fn``: a built-in name or a checked hook path."""
-    if cfg.fn == "remote":
-        from heron.reward.remote import RemoteReward
-
-        return RemoteReward(cfg.remote), "sample"
-    if cfg.fn in BUILTIN_REWARDS:
-        return BUILTIN_REWARDS[cfg.fn], "sample"
-    from heron.plugins.loader import HookError, load_hook
-
-    if ":" not in cfg.fn and "." not in cfg.fn:
-        raise HookError(f"unknown reward.fn '{cfg.fn}'; built-ins: {sorted([*BUILTIN_REWARDS, 'remote'])}, or a hook path module:function")
-    point = {"sample": "reward", "group": "group_reward", "batch": "batch_reward"}[cfg.scope]
-    return load_hook(point, cfg.fn), cfg.scope
-
-
 class RewardScorer:
     def __init__(
         self, fn: Callable[..., Any], cfg: RewardConfig | None = None, scope: str = "sample", max_response_tokens: int = 0
@@ -89,6 +76,10 @@ class RewardScorer:
         self.num_errors = 0  # failures in the latest training batch (score()); eval counts its own
         self.max_response_tokens = max_response_tokens  # L_max of the overlong shaping (rollout.max_new_tokens)
         self.overlong_mean = 0.0  # mean overlong penalty of the latest score() call
+        if self.cfg.processes and self.is_async:
+            raise ValueError(f"reward.processes={self.cfg.processes} runs sync reward functions; {self.cfg.fn!r} is "
+                             "async: set reward.processes=0 (its calls run as tasks, reward.max_concurrency at once)")
+        self._processes = RewardProcesses(self.cfg, self.cfg.processes) if self.cfg.processes else None
 
     @classmethod
     def from_config(cls, cfg: RewardConfig) -> "RewardScorer":
@@ -156,8 +147,15 @@ class RewardScorer:
             start = end
         return calls
 
+    def close(self) -> None:
+        """Stops the reward worker processes (``reward.processes``), if any; idempotent."""
+        if self._processes is not None:
+            self._processes.close()
+
     def _run_sync(self, calls: list[_Call]) -> list[Any]:
         timeout = self.cfg.timeout_s or None
+        if self._processes is not None:
+            return self._processes.run([call.args for call in calls], timeout)
         if self.cfg.max_concurrency == 1 and timeout is None:
             return [_capture(self.fn, call.args) for call in calls]
         return run_with_deadlines(self.fn, [call.args for call in calls], self.cfg.max_concurrency, timeout)

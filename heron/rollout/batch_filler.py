@@ -76,6 +76,10 @@ class BatchFiller:
         self.source_name = source_name
         self.tally = _Tally()
 
+    def close(self) -> None:
+        """Stops the scorer's reward worker processes, if any."""
+        self.scorer.close()
+
     def score(self, batch: RolloutBatch) -> RolloutBatch:
         """Scores ``batch`` and refills it to ``rollout.batch_size`` informative groups."""
         self.tally = _Tally()
