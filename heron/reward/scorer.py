@@ -33,10 +33,10 @@ from typing import Any, Callable, Sequence
 
 from heron.config.reward import RewardConfig
 from heron.records import Prompt, RolloutBatch
-from heron.reward.reward_fn import build_reward_fn
 from heron.reward.deadline_pool import run_with_deadlines
-from heron.reward.process_pool import RewardProcesses
 from heron.reward.overlong import overlong_penalty
+from heron.reward.process_pool import RewardProcesses
+from heron.reward.reward_fn import build_reward_fn
 
 log = logging.getLogger("heron.reward")
 
