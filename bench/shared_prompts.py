@@ -100,11 +100,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         corpus = [p.text + p.label for p in make_prompts(2000, seed=0, max_digits=3)]
         model_dir = create_toy_model(Path(tmp) / "model", corpus, MODELS[args.model])
-        print(f"model {args.model}, {args.precision}, {torch.get_num_threads()} threads")
+        by_budget: dict[int, dict[str, PolicyTrainer]] = {}  # the two trainers of each budget, built once
+        for budget in sorted({case[2] for case in CASES.values()}):
+            by_budget[budget] = {"shared": _trainer(model_dir, True, args.precision, budget),
+                                 "padded": _trainer(model_dir, False, args.precision, budget)}
+        num_params = sum(p.numel() for p in by_budget[0]["shared"].model.parameters())
+        print(f"model {args.model} ({num_params / 1e6:.1f} M params), {args.precision}, {torch.get_num_threads()} threads")
         for name, (prompt_len, answer_len, budget) in CASES.items():
-            trainers = {"shared": _trainer(model_dir, True, args.precision, budget),
-                        "padded": _trainer(model_dir, False, args.precision, budget)}
-            bench_case(name, prompt_len, answer_len, trainers)
+            bench_case(name, prompt_len, answer_len, by_budget[budget])
 
 
 if __name__ == "__main__":

@@ -155,8 +155,8 @@ def _groups(rows: list[int], lengths: list[int], micro_batch_size: int, budget: 
     if budget.max_tokens <= 0:
         return [rows[s : s + micro_batch_size] for s in range(0, len(rows), micro_batch_size)]
     chosen_prompts = None if budget.prompts is None else [budget.prompts[i] for i in rows]
-    packed = pack_rows([lengths[i] for i in rows], budget.max_tokens, chosen_prompts,
-                       lambda group: budget.tokens([rows[k] for k in group]))
+    tokens = None if budget.cost is None else (lambda group: budget.tokens([rows[k] for k in group]))
+    packed = pack_rows([lengths[i] for i in rows], budget.max_tokens, chosen_prompts, tokens)
     return [[rows[k] for k in group] for group in packed]
 
 
@@ -169,7 +169,8 @@ def pack_rows(lengths: list[int], max_tokens: int, prompts: list[int] | None = N
     micro-batch unless the budget ends inside them. Example: lengths [9, 3, 8, 4], prompts
     [0, 0, 1, 1], budget 18 -> [[0, 1], [2, 3]] (without prompts: [[0, 2], [3, 1]]).
     ``tokens(group)``: what a group holds, instead of ``len(group) * its longest`` (with shared
-    prompts: the packed layout's tokens)."""
+    prompts: the packed layout's tokens); asked for every candidate group, where the default is
+    kept up as rows join."""
     if prompts is None:
         order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     else:
@@ -177,14 +178,23 @@ def pack_rows(lengths: list[int], max_tokens: int, prompts: list[int] | None = N
         for i, prompt in enumerate(prompts):
             longest[prompt] = max(longest.get(prompt, 0), lengths[i])
         order = sorted(range(len(lengths)), key=lambda i: (-longest[prompts[i]], prompts[i], -lengths[i], i))
-    if tokens is None:
-        tokens = lambda group: len(group) * max(lengths[i] for i in group)  # noqa: E731
     groups: list[list[int]] = []
+    longest_of_last = 0  # the longest row of groups[-1] (with prompts, not always its first)
+
+    def joins_last(i: int) -> bool:
+        if not groups:
+            return False
+        if tokens is None:
+            return (len(groups[-1]) + 1) * max(longest_of_last, lengths[i]) <= max_tokens
+        return tokens(groups[-1] + [i]) <= max_tokens
+
     for i in order:
-        if groups and tokens(groups[-1] + [i]) <= max_tokens:
+        if joins_last(i):
             groups[-1].append(i)
+            longest_of_last = max(longest_of_last, lengths[i])
         else:
             groups.append([i])
+            longest_of_last = lengths[i]
     return groups
 
 
