@@ -23,6 +23,11 @@ from typing import Any, Callable, Sequence
 _PENDING = object()
 
 
+def deadline_error(timeout: float) -> TimeoutError:
+    """What a reward call past ``reward.timeout_s`` gets, on a thread, a worker process or a task."""
+    return TimeoutError(f"reward call took longer than reward.timeout_s={timeout}")
+
+
 def run_with_deadlines(fn: Callable[..., Any], calls: Sequence[tuple], workers: int,
                        timeout: float | None) -> list[Any]:
     """``fn(*args)`` for each ``args`` of ``calls`` -> the results in order: the returned value,
@@ -64,7 +69,7 @@ class _Batch:
             return
         for index, start in list(self.started.items()):
             if now - start >= self.timeout:
-                self._finish(index, TimeoutError(f"reward call took longer than reward.timeout_s={self.timeout}"))
+                self._finish(index, deadline_error(self.timeout))
                 if self.next_call < len(self.calls):
                     self._start_worker()
 

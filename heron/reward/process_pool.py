@@ -24,6 +24,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Sequence
 
 from heron.config.reward import RewardConfig
+from heron.reward.deadline_pool import deadline_error
 
 
 STARTUP_S = 120.0  # a worker that is not up by then is reported, not waited for (a loaded machine: seconds)
@@ -62,7 +63,7 @@ class RewardProcesses:
                     if worker.conn in ready:  # a reply, or the end of the socket: the worker died
                         results[index], alive = worker.receive()
                     elif timeout is not None and now - start >= timeout:
-                        results[index], alive = TimeoutError(f"reward call took longer than reward.timeout_s={timeout}"), False
+                        results[index], alive = deadline_error(timeout), False
                     else:
                         continue
                     del busy[worker]
@@ -110,7 +111,7 @@ class _Worker:
         with child:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "heron.reward.process_pool", str(child.fileno())],
-                pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, start_new_session=False,
+                pass_fds=[child.fileno()], stdin=subprocess.DEVNULL,
             )
         self.conn = Connection(parent.detach())
         self.conn.send((cfg, list(sys.path)))

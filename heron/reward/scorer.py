@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 
 from heron.config.reward import RewardConfig
 from heron.records import Prompt, RolloutBatch
-from heron.reward.deadline_pool import run_with_deadlines
+from heron.reward.deadline_pool import deadline_error, run_with_deadlines
 from heron.reward.overlong import overlong_penalty
 from heron.reward.process_pool import RewardProcesses
 from heron.reward.reward_fn import build_reward_fn
@@ -169,7 +169,7 @@ class RewardScorer:
                     try:
                         return await asyncio.wait_for(self.fn(*call.args), self.cfg.timeout_s or None)
                     except asyncio.TimeoutError:
-                        return TimeoutError(f"reward call took longer than reward.timeout_s={self.cfg.timeout_s}")
+                        return deadline_error(self.cfg.timeout_s)
                     except Exception as e:  # noqa: BLE001 -- isolated per call, reported below
                         return e
 

@@ -122,12 +122,16 @@ Packed = tuple[torch.Tensor, "torch.Tensor | None", list[int]]  # weight, bias, 
 def _pack(linears: tuple[torch.nn.Linear, ...], rows: int) -> Packed | None:
     """``linears``' weights stacked along their outputs [sum N, K] and packed for ``rows`` rows,
     with their biases likewise (all or none carry one); None where there is no packed kernel."""
-    stacked = linears[0].weight if len(linears) == 1 else torch.cat([linear.weight for linear in linears])
-    weight = packed_linear_weight(stacked, rows)
+    weight = packed_linear_weight(_stacked([linear.weight for linear in linears]), rows)
     if weight is None:
         return None
-    bias = None if linears[0].bias is None else torch.cat([linear.bias for linear in linears])
+    bias = None if linears[0].bias is None else _stacked([linear.bias for linear in linears])
     return weight, bias, [linear.out_features for linear in linears]
+
+
+def _stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``tensors`` joined along dim 0; a single one as it is (no copy)."""
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
 
 
 def _has_hooks(model: torch.nn.Module) -> bool:
