@@ -233,17 +233,39 @@ def fused_optimizer_supported(params: list[torch.Tensor]) -> bool:
     )
 
 
+# The smallest float32 linear weight (elements, [N, K] of one or several stacked linears) worth
+# packing; see packs_linear.
+PACKED_FLOAT32_MIN_ELEMENTS = 1 << 19
+
+
+def packs_linear(weight: torch.Tensor, elements: int | None = None) -> bool:
+    """Whether ``packed_linear_weight`` packs a linear weight like ``weight`` with ``elements``
+    elements (default its own): on the CPU, in float32 or bfloat16, with oneDNN; in float32 only
+    from ``PACKED_FLOAT32_MIN_ELEMENTS`` (2 MB) up. Why the floor: the packed float32 kernel wins
+    where the plain weight is too large for the core's cache, and loses to MKL's sgemm below it,
+    where the per-batch reorder and its per-call cost are not paid back. Measured side by side on
+    a 2-core Intel Xeon (AMX), whole engine decode of 32 rows: the 3.2 M bench model (hidden 256,
+    every weight below the floor) 0.78-0.88x the time unpacked against packed, the 25 M one
+    (hidden 512) 1.09-1.21x; packing all of the 25 M model's linears but its 512 x 512 ones (below
+    the floor) 0.97-1.05x of packing all. (On a 2-core AMD EPYC the 3.2 M model's decode had
+    measured 1.07x faster packed: the floor gives that up.) bfloat16 always packs: there the packed
+    kernel was ahead at every shape and model measured (1.01-1.12x the engine's time unpacked)."""
+    if weight.device.type != "cpu" or weight.dtype not in (torch.float32, torch.bfloat16):
+        return False
+    if weight.dtype == torch.float32 and (weight.numel() if elements is None else elements) < PACKED_FLOAT32_MIN_ELEMENTS:
+        return False
+    return torch.backends.mkldnn.is_available()
+
+
 def packed_linear_weight(weight: torch.Tensor, rows: int) -> torch.Tensor | None:
     """``weight`` [N, K] of a linear layer reordered once into oneDNN's blocked layout for about
     ``rows`` input rows, for ``packed_linear``; None where there is no such kernel (a device other
-    than the CPU, a torch without oneDNN, another dtype). Why: a decode step's linears have few
-    rows, and torch's CPU linear re-reads the weight in its plain layout every call; measured on a
-    2-core AMD EPYC (avx512-bf16, no AMX), 16 and 32 rows, the 25 M model's MLP shapes: float32
-    1.7-2.0x torch's MKL sgemm, bfloat16 1.25-1.8x torch's own oneDNN call (bit-identical there);
-    the 3.2 M model's smaller shapes 0.97-1.3x in float32."""
-    if weight.device.type != "cpu" or weight.dtype not in (torch.float32, torch.bfloat16):
-        return None
-    if not torch.backends.mkldnn.is_available():
+    than the CPU, a torch without oneDNN, another dtype) or it does not pay (``packs_linear``).
+    Why: a decode step's linears have few rows, and torch's CPU linear re-reads the weight in its
+    plain layout every call; measured on a 2-core AMD EPYC (avx512-bf16, no AMX), 16 and 32 rows,
+    the 25 M model's MLP shapes: float32 1.7-2.0x torch's MKL sgemm, bfloat16 1.25-1.8x torch's
+    own oneDNN call (bit-identical there)."""
+    if not packs_linear(weight):
         return None
     try:
         return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), max(rows, 1))

@@ -46,7 +46,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from heron.device import decode_attention_in_float32, packed_linear, packed_linear_weight
+from heron.device import decode_attention_in_float32, packed_linear, packed_linear_weight, packs_linear
 
 MODEL_TYPES = ("llama", "qwen2", "qwen3")
 QK_NORM_TYPES = ("qwen3",)  # RMSNorm of each query and key head before RoPE
@@ -121,7 +121,10 @@ Packed = tuple[torch.Tensor, "torch.Tensor | None", list[int]]  # weight, bias, 
 
 def _pack(linears: tuple[torch.nn.Linear, ...], rows: int) -> Packed | None:
     """``linears``' weights stacked along their outputs [sum N, K] and packed for ``rows`` rows,
-    with their biases likewise (all or none carry one); None where there is no packed kernel."""
+    with their biases likewise (all or none carry one); None where there is no packed kernel or it
+    does not pay (``heron.device.packs_linear``)."""
+    if not packs_linear(linears[0].weight, sum(linear.weight.numel() for linear in linears)):
+        return None
     weight = packed_linear_weight(_stacked([linear.weight for linear in linears]), rows)
     if weight is None:
         return None
@@ -143,8 +146,9 @@ def _has_hooks(model: torch.nn.Module) -> bool:
 class LeanDecoder:
     """Builds the decode step of one supported model (``unsupported_reason(model) is None``).
     ``fast_kernels``: kernels that compute the same dot products summed in another order. On the
-    CPU, the step's linears use weights packed for oneDNN once per batch
-    (``heron.device.packed_linear_weight``; q, k, v and gate, up stacked), and in bf16 attention
+    CPU, the step's linears use weights packed for oneDNN once per batch where that pays
+    (``heron.device.packs_linear``: bfloat16, and float32 weights from 2 MB; q, k, v and gate, up
+    stacked), and in bf16 attention
     runs on float32 copies (``heron.device.decode_attention_in_float32``). Off:
     torch's own ``F.linear`` and transformers' attention call as it is, bit for bit the HF forward."""
 
@@ -175,7 +179,8 @@ class LeanDecoder:
     def _packed_weights(self, rows: int) -> dict[tuple[torch.nn.Linear, ...], Packed]:
         """The step's linears packed for ``rows`` rows: each layer's (q, k, v) and (gate, up)
         projections stacked into one weight each (alone where only some of them carry a bias),
-        every other linear by itself; empty where the device has no packed kernel."""
+        every other linear by itself; a group without a packed kernel, or too small for one to pay,
+        is left out (its linears run ``F.linear``)."""
         groups: list[tuple[torch.nn.Linear, ...]] = []
         for layer in self.model.model.layers:
             attn, mlp = layer.self_attn, layer.mlp
@@ -187,9 +192,8 @@ class LeanDecoder:
         packed = {}
         for group in groups:
             entry = _pack(group, rows)
-            if entry is None:  # no packed kernel here: every linear keeps F.linear
-                return {}
-            packed[group] = entry
+            if entry is not None:  # else no packed kernel here, or one that does not pay: F.linear
+                packed[group] = entry
         return packed
 
     def _qk_norm_weights(self) -> list[torch.Tensor | None]:
@@ -238,9 +242,9 @@ class _Step:
         if packed is not None:
             weight, bias, sizes = packed
             return packed_linear(x, weight, bias).split(sizes, dim=-1)
-        if not self.packed:
-            return tuple(F.linear(x, linear.weight, linear.bias) for linear in linears)
-        return tuple(self._linears(x, linear)[0] for linear in linears)
+        if len(linears) > 1:  # not packed together: each by itself, packed or not
+            return tuple(self._linears(x, linear)[0] for linear in linears)
+        return (F.linear(x, linears[0].weight, linears[0].bias),)
 
     def _attention(self, attn, q, keys, values, mask) -> torch.Tensor:
         """transformers' SDPA function; with ``fast_kernels``, on float32 copies where that is the

@@ -8,8 +8,10 @@ greedy, top-p). The models get random norm weights and biases, so a step that sk
 reordered any of them would show; every model is saved and loaded back with ``from_pretrained``,
 as a user's would be.
 
-The default (``decoder="auto"``) packs the linears' weights for oneDNN on the CPU: each linear
-is the same dot products summed in another order. ``packed_linear`` is checked against a
+The default (``decoder="auto"``) packs the linears' weights for oneDNN on the CPU where that pays
+(bfloat16, and float32 weights from ``PACKED_FLOAT32_MIN_ELEMENTS``; the tests of the packed path
+lower that floor to 0, so these small models pack): each linear is the same dot products summed
+in another order. ``packed_linear`` is checked against a
 float64 reference within the bound of its accumulation (rule 2) and its bf16 output rounding;
 the float32 engine's logprobs within the derived bound and its tokens exactly (rule 4).
 """
@@ -21,7 +23,8 @@ import torch
 
 import math
 
-from heron.device import packed_linear, packed_linear_weight
+import heron.device
+from heron.device import packed_linear, packed_linear_weight, packs_linear
 from heron.records import GenerationRequest, SamplingParams
 from heron.rollout import EmbeddedEngine
 from heron.rollout.lean_decoder import unsupported_reason
@@ -88,6 +91,12 @@ def _requests() -> list[GenerationRequest]:
     return requests
 
 
+@pytest.fixture
+def pack_every_linear(monkeypatch):
+    """float32 linears of any size packed, so these small models take the packed path."""
+    monkeypatch.setattr(heron.device, "PACKED_FLOAT32_MIN_ELEMENTS", 0)
+
+
 def _engines(model_dir, dtype, decoder="lean"):
     from transformers import AutoModelForCausalLM
 
@@ -149,7 +158,7 @@ def test_auto_runs_cpu_bf16_decode_attention_in_float32(tmp_path_factory, dtype,
 
 
 @pytest.mark.parametrize("kind", ["qwen3", "llama-bias", "mixed-bias"])
-def test_auto_projects_q_k_v_and_gate_up_with_one_kernel_call_each(tmp_path_factory, kind):
+def test_auto_projects_q_k_v_and_gate_up_with_one_kernel_call_each(tmp_path_factory, kind, pack_every_linear):
     """decoder="auto" stacks each layer's q, k, v weights (and biases) into one packed weight and
     its gate and up ones into another: per step and layer 4 packed-linear calls (qkv, o, gate-up,
     down) instead of 7, plus the head. A group whose linears do not all carry a bias (here k_proj's
@@ -232,11 +241,9 @@ def test_bf16_and_float32_decode_attention_are_attention_up_to_round_off():
                 assert excess <= 0, (name, n, mask is None, excess)
 
 
-@pytest.mark.portability
-def test_packed_linears_decode_within_the_summation_order_bound(model_dir):
-    """decoder="auto" (float32): tokens exactly the HF forward's, logprobs within
-    2 gamma(n) (|lp| + log V) (tests/tolerance.py rules 2 and 4)."""
-    auto, hf = _engines(model_dir, torch.float32, decoder="auto")
+def _assert_within_summation_order(auto: EmbeddedEngine, hf: EmbeddedEngine) -> None:
+    """On _requests(): tokens exactly the HF forward's, logprobs within 2 gamma(n) (|lp| + log V)
+    (tests/tolerance.py rules 2 and 4)."""
     requests = _requests()
     expected, actual = hf.generate(requests), auto.generate(requests)
     assert [g.tokens for g in actual] == [g.tokens for g in expected]
@@ -247,8 +254,16 @@ def test_packed_linears_decode_within_the_summation_order_bound(model_dir):
 
 
 @pytest.mark.portability
+def test_packed_linears_decode_within_the_summation_order_bound(model_dir, pack_every_linear):
+    """decoder="auto" (float32): tokens exactly the HF forward's, logprobs within
+    2 gamma(n) (|lp| + log V) (tests/tolerance.py rules 2 and 4)."""
+    auto, hf = _engines(model_dir, torch.float32, decoder="auto")
+    _assert_within_summation_order(auto, hf)
+
+
+@pytest.mark.portability
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_a_packed_linear_is_the_linear_up_to_round_off(dtype):
+def test_a_packed_linear_is_the_linear_up_to_round_off(dtype, pack_every_linear):
     """One weight packed for 32 rows, used for every row count the decode loop shrinks to: each
     output within its accumulation bound gamma(K) sum_k |x_k w_k| of the float64 product (both
     kernels accumulate in float32), plus the rounding of the output to ``dtype``."""
@@ -269,6 +284,52 @@ def test_a_packed_linear_is_the_linear_up_to_round_off(dtype):
             assert out.dtype == dtype and out.shape == exact.shape
             excess = ((out.double() - exact).abs() - bound).max().item()
             assert excess <= 0, (name, rows, excess)
+
+
+def test_float32_weights_pack_from_the_floor_and_bfloat16_ones_always():
+    """packs_linear: a float32 weight below PACKED_FLOAT32_MIN_ELEMENTS stays plain (MKL's sgemm
+    is the faster kernel there), one at the floor packs, bfloat16 ones pack at any size; a group's
+    size (stacked q, k, v) is what counts when given."""
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("a torch build without oneDNN packs nothing")
+    floor = heron.device.PACKED_FLOAT32_MIN_ELEMENTS
+    small, large = torch.randn(256, 256), torch.randn(floor // 512, 512)
+    assert not packs_linear(small) and packed_linear_weight(small, 32) is None
+    assert packs_linear(large) and packs_linear(small, elements=floor)
+    assert packs_linear(small.bfloat16()) == (packed_linear_weight(small.bfloat16(), 32) is not None)
+
+
+def test_a_float32_model_below_the_floor_decodes_bit_identical_with_auto(tmp_path_factory):
+    """With the default floor these small float32 models pack nothing: decoder="auto" is then the
+    lean step with torch's linears, bit-identical to the HF forward (the bench's 3.2 M model, all
+    of whose weights lie below the floor, decodes this way)."""
+    auto, hf = _engines(_model_dir(tmp_path_factory, "qwen3"), torch.float32, decoder="auto")
+    assert auto._lean.session(32, 4).packed == {}
+    requests = _requests()
+    expected, actual = hf.generate(requests), auto.generate(requests)
+    assert [(g.tokens, g.logprobs) for g in actual] == [(g.tokens, g.logprobs) for g in expected]
+
+
+def test_a_step_mixes_packed_and_plain_linears(tmp_path_factory, monkeypatch):
+    """A floor between the groups' sizes packs the large ones only (here each layer's stacked gate
+    and up, 2 x 96 x 64 elements) and leaves q, k, v, o, down and the head to F.linear, in one
+    step: one packed call per layer and step, tokens the HF forward's, logprobs within the
+    summation-order bound."""
+    import heron.rollout.lean_decoder as lean_module
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("a torch build without oneDNN packs nothing")
+    monkeypatch.setattr(heron.device, "PACKED_FLOAT32_MIN_ELEMENTS", 2 * 96 * 64)
+    auto, hf = _engines(_model_dir(tmp_path_factory, "qwen3"), torch.float32, decoder="auto")
+    layers = auto.model.model.layers
+    assert set(auto._lean.session(32, 4).packed) == {(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in layers}
+    calls = []
+    real = lean_module.packed_linear
+    monkeypatch.setattr(lean_module, "packed_linear", lambda x, w, b: calls.append(w) or real(x, w, b))
+    request = GenerationRequest(PROMPTS[0], SamplingParams(max_new_tokens=3, seed=1))
+    [actual] = auto.generate([request])
+    assert len(calls) == 2 * len(layers)  # two decode steps, one packed call per layer
+    _assert_within_summation_order(auto, hf)
 
 
 def test_packing_is_declined_where_there_is_no_packed_kernel():
