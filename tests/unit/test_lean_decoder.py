@@ -299,6 +299,7 @@ def test_float32_weights_pack_from_the_floor_and_bfloat16_ones_always():
     assert packs_linear(small.bfloat16()) == (packed_linear_weight(small.bfloat16(), 32) is not None)
 
 
+@pytest.mark.portability
 def test_a_float32_model_below_the_floor_decodes_bit_identical_with_auto(tmp_path_factory):
     """With the default floor these small float32 models pack nothing: decoder="auto" is then the
     lean step with torch's linears, bit-identical to the HF forward (the bench's 3.2 M model, all
@@ -310,6 +311,7 @@ def test_a_float32_model_below_the_floor_decodes_bit_identical_with_auto(tmp_pat
     assert [(g.tokens, g.logprobs) for g in actual] == [(g.tokens, g.logprobs) for g in expected]
 
 
+@pytest.mark.portability
 def test_a_step_mixes_packed_and_plain_linears(tmp_path_factory, monkeypatch):
     """A floor between the groups' sizes packs the large ones only (here each layer's stacked gate
     and up, 2 x 96 x 64 elements) and leaves q, k, v, o, down and the head to F.linear, in one
