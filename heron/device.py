@@ -247,8 +247,8 @@ def packs_linear(weight: torch.Tensor, elements: int | None = None) -> bool:
     a 2-core Intel Xeon (AMX), whole engine decode of 32 rows: the 3.2 M bench model (hidden 256,
     every weight below the floor) 0.78-0.88x the time unpacked against packed, the 25 M one
     (hidden 512) 1.09-1.21x; packing all of the 25 M model's linears but its 512 x 512 ones (below
-    the floor) 1.00x and 1.05x of packing all (pure decode, GRPO-shaped batch; within the noise:
-    two identical settings measured 0.97-1.03x apart in the same bench). (On a 2-core AMD EPYC the 3.2 M model's decode had
+    the floor) 1.00-1.09x of packing all in six A/Bs (pure decode and GRPO-shaped batches; two
+    identical settings measured 0.95-1.07x apart in the same runs): a few percent at most. (On a 2-core AMD EPYC the 3.2 M model's decode had
     measured 1.07x faster packed: the floor gives that up.) bfloat16 always packs: there the packed
     kernel was ahead at every shape and model measured (1.01-1.12x the engine's time unpacked)."""
     if weight.device.type != "cpu" or weight.dtype not in (torch.float32, torch.bfloat16):
