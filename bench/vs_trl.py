@@ -29,7 +29,7 @@ TRL side instead when it is missing (CI). The last lines, one per model size, ar
 ``vs_trl: samples_per_s_heron_vs_trl=<TRL s/step / heron s/step> (per round <the same ratio of each
 round's two runs>)  [model]`` (> 1: heron is faster; the per-round ratios show the machine's noise).
 
-    .venv/bin/python bench/vs_trl.py [--models toy,3M,25M] [--rounds 2] [--no-venv] [--precision bf16] [--instruction]
+    .venv/bin/python bench/vs_trl.py [--models toy,3M,25M] [--rounds 3] [--no-venv] [--precision bf16] [--instruction]
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def bench_model(name: str, python: Path | None, tmp: Path, rounds: int, precisio
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {list(MODELS)}")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per model")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per model (3: the median drops one noisy round)")
     parser.add_argument("--no-venv", action="store_true", help="skip the TRL side when .venv-trl is missing")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="both trainers' precision")
     parser.add_argument("--instruction", action="store_true", help="prepend INSTRUCTION to every prompt (both sides)")
