@@ -241,19 +241,23 @@ PACKED_FLOAT32_MIN_ELEMENTS = 1 << 19
 def packs_linear(weight: torch.Tensor, elements: int | None = None) -> bool:
     """Whether ``packed_linear_weight`` packs a linear weight like ``weight`` with ``elements``
     elements (default its own): on the CPU, in float32 or bfloat16, with oneDNN; in float32 only
-    from ``PACKED_FLOAT32_MIN_ELEMENTS`` (2 MB) up. Why the floor: the packed float32 kernel wins
-    where the plain weight is too large for the core's cache, and loses to MKL's sgemm below it,
-    where the per-batch reorder and its per-call cost are not paid back. Measured side by side on
-    a 2-core Intel Xeon (AMX), whole engine decode of 32 rows: the 3.2 M bench model (hidden 256,
-    every weight below the floor) 0.78-0.88x the time unpacked against packed, the 25 M one
-    (hidden 512) 1.09-1.21x; packing all of the 25 M model's linears but its 512 x 512 ones (below
-    the floor) 1.00-1.09x of packing all in six A/Bs (pure decode and GRPO-shaped batches; two
-    identical settings measured 0.95-1.07x apart in the same runs): a few percent at most. (On a 2-core AMD EPYC the 3.2 M model's decode had
-    measured 1.07x faster packed: the floor gives that up.) bfloat16 always packs: there the packed
-    kernel was ahead at every shape and model measured (1.01-1.12x the engine's time unpacked)."""
+    from ``PACKED_FLOAT32_MIN_ELEMENTS`` (2 MB) up.
+
+    Why the floor: the packed float32 kernel wins where the plain weight is too large for the
+    core's cache, and loses to MKL's sgemm below it, where the per-batch reorder and its per-call
+    cost are not paid back. Measured side by side on a 2-core Intel Xeon (AMX), whole engine
+    decode of 32 rows: the 3.2 M bench model (hidden 256, every weight below the floor) took
+    0.78-0.88x the time unpacked against packed, the 25 M one (hidden 512) 1.09-1.21x; packing all
+    of the 25 M model's linears but its 512 x 512 ones (below the floor) took 1.00-1.09x of packing
+    all in six A/Bs (pure decode and GRPO-shaped batches; two identical settings measured
+    0.95-1.07x apart in the same runs): a few percent at most. On a 2-core AMD EPYC the 3.2 M
+    model's decode had measured 1.07x faster packed: the floor gives that up. bfloat16 always
+    packs: there the packed kernel was ahead at every shape and model measured (the engine took
+    1.01-1.12x the time unpacked)."""
     if weight.device.type != "cpu" or weight.dtype not in (torch.float32, torch.bfloat16):
         return False
-    if weight.dtype == torch.float32 and (weight.numel() if elements is None else elements) < PACKED_FLOAT32_MIN_ELEMENTS:
+    size = weight.numel() if elements is None else elements
+    if weight.dtype == torch.float32 and size < PACKED_FLOAT32_MIN_ELEMENTS:
         return False
     return torch.backends.mkldnn.is_available()
 
