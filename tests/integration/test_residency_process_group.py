@@ -8,14 +8,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from heron.residency import ResidencyError, State
 from heron.residency.backend import select_backend
 from heron.residency.process_group import ManagedProcessGroup
 from heron.residency.state import Holdings, Residency
 from heron.residency.wiring import TRAINER_GROUP
-from tests.tolerance import HANG_S
+from tests.gloo_ranks import on_gloo_ranks
 
 
 @pytest.fixture
@@ -63,42 +62,33 @@ def make_pair_in_world(toy_model_dir):
     return make
 
 
-def _rank_main(rank: int, world_size: int, store_path: str, results) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=world_size)
-    try:
-        layer = torch.nn.Linear(4, 4)
-        group = ManagedProcessGroup("trainer", "dp", backend="gloo")
-        residency = Residency(
-            "trainer", Holdings(lambda: {"params": list(layer.parameters())}, [("layer", layer)],
-                                process_groups={"dp": group}),
-            select_backend(torch.device("cpu"), offload=True, tag="trainer"), device="cpu",
-        )
-        sums = []
-        for cycle in range(3):
-            residency.sleep()
-            assert group.released and layer.weight.untyped_storage().nbytes() == 0
-            with residency.resident("all_reduce_step"):
-                value = torch.full((2,), float(rank + cycle))
-                dist.all_reduce(value, group=residency.process_group("dp"))
-                sums.append(value.tolist())
-        results.put((rank, sums))
-    finally:
-        dist.destroy_process_group()
+def _lockstep(rank: int, tmp) -> dict:
+    """Three sleep / wake cycles of a trainer whose managed group ``dp`` is released on sleep and
+    recreated on wake, an all-reduce over it in each; on every rank of a 2-rank gloo world."""
+    layer = torch.nn.Linear(4, 4)
+    group = ManagedProcessGroup("trainer", "dp", backend="gloo")
+    residency = Residency(
+        "trainer", Holdings(lambda: {"params": list(layer.parameters())}, [("layer", layer)],
+                            process_groups={"dp": group}),
+        select_backend(torch.device("cpu"), offload=True, tag="trainer"), device="cpu",
+    )
+    sums = []
+    for cycle in range(3):
+        residency.sleep()
+        assert group.released and layer.weight.untyped_storage().nbytes() == 0
+        with residency.resident("all_reduce_step"):
+            value = torch.full((2,), float(rank + cycle))
+            dist.all_reduce(value, group=residency.process_group("dp"))
+            sums.append(value.tolist())
+    return {"sums": sums}
 
 
 def test_two_ranks_release_and_recreate_their_group_in_lockstep(tmp_path):
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(r, 2, str(tmp_path / "store"), results)) for r in range(2)]
-    for p in procs:
-        p.start()
-    outputs = dict(results.get(timeout=HANG_S) for _ in procs)
-    for p in procs:
-        p.join(timeout=HANG_S)
-        assert p.exitcode == 0
+    """A rank that dies (an exception, or gloo failing to connect) fails the test at once, with
+    its traceback (tests/gloo_ranks.py), instead of leaving the other waiting out HANG_S."""
+    results = on_gloo_ranks(_lockstep, 2, tmp_path)
     expected = [[float(1 + 2 * c)] * 2 for c in range(3)]  # rank0 c + rank1 (1 + c)
-    assert outputs == {0: expected, 1: expected}
+    assert [r["sums"] for r in results] == [expected, expected]
 
 
 def test_groups_made_later_keep_the_trainer_groups_deadline(tmp_path):
