@@ -16,6 +16,8 @@ the residency and cluster backends.
 
 from __future__ import annotations
 
+import functools
+import platform
 from typing import Any
 
 import torch
@@ -234,30 +236,63 @@ def fused_optimizer_supported(params: list[torch.Tensor]) -> bool:
 
 
 # The smallest float32 linear weight (elements, [N, K] of one or several stacked linears) worth
-# packing; see packs_linear.
+# packing on a CPU where MKL's sgemm runs its own best code; see packs_linear.
 PACKED_FLOAT32_MIN_ELEMENTS = 1 << 19
+# CPU vendors (x86 CPUID vendor strings) whose float32 linears pack at any size; see packs_linear.
+PACK_EVERY_FLOAT32_VENDORS = ("AuthenticAMD", "HygonGenuine")
+
+
+@functools.cache
+def cpu_vendor() -> str:
+    """This machine's x86 CPU vendor string (``GenuineIntel``, ``AuthenticAMD``, ...): Linux's
+    /proc/cpuinfo, else what ``platform.processor()`` names (Windows); "" where neither says."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            text = cpuinfo.read(1 << 16)  # the first processor's lines are enough
+    except OSError:
+        text = ""
+    return parse_cpu_vendor(text) or parse_cpu_vendor(platform.processor())
+
+
+def parse_cpu_vendor(text: str) -> str:
+    """The vendor string in /proc/cpuinfo's ``vendor_id`` line, or the first known one named in
+    ``text``; "" when there is none."""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "vendor_id":
+            return value.strip()
+    return next((v for v in ("GenuineIntel", *PACK_EVERY_FLOAT32_VENDORS) if v in text), "")
+
+
+def float32_packing_floor() -> int:
+    """The fewest elements a float32 linear weight (or stacked group) needs to be packed
+    (``packs_linear``): 0 on the CPUs of ``PACK_EVERY_FLOAT32_VENDORS``,
+    ``PACKED_FLOAT32_MIN_ELEMENTS`` on the others (Intel, and any CPU that does not say)."""
+    return 0 if cpu_vendor() in PACK_EVERY_FLOAT32_VENDORS else PACKED_FLOAT32_MIN_ELEMENTS
 
 
 def packs_linear(weight: torch.Tensor, elements: int | None = None) -> bool:
     """Whether ``packed_linear_weight`` packs a linear weight like ``weight`` with ``elements``
     elements (default its own): on the CPU, in float32 or bfloat16, with oneDNN; in float32 only
-    from ``PACKED_FLOAT32_MIN_ELEMENTS`` (2 MB) up.
+    from ``float32_packing_floor()`` up.
 
-    Why the floor: the packed float32 kernel wins where the plain weight is too large for the
-    core's cache, and loses to MKL's sgemm below it, where the per-batch reorder and its per-call
-    cost are not paid back. Measured side by side on a 2-core Intel Xeon (AMX), whole engine
-    decode of 32 rows: the 3.2 M bench model (hidden 256, every weight below the floor) took
-    0.78-0.88x the time unpacked against packed, the 25 M one (hidden 512) 1.09-1.21x; packing all
-    of the 25 M model's linears but its 512 x 512 ones (below the floor) took 1.00-1.09x of packing
-    all in six A/Bs (pure decode and GRPO-shaped batches; two identical settings measured
-    0.95-1.07x apart in the same runs): a few percent at most. On a 2-core AMD EPYC the 3.2 M
-    model's decode had measured 1.07x faster packed: the floor gives that up. bfloat16 always
-    packs: there the packed kernel was ahead at every shape and model measured (the engine took
-    1.01-1.12x the time unpacked)."""
+    Why a floor, and only on some CPUs: torch's plain float32 linear is MKL's sgemm, and MKL
+    runs its own best code on Intel CPUs only. On a 2-core Intel Xeon (AMX), whole engine decode
+    of 32 rows: the 3.2 M bench model (hidden 256, every weight below the floor) took 0.78-0.88x
+    the time unpacked against packed, the 25 M one (hidden 512) 1.09-1.21x; packing all of the
+    25 M model's linears but its 512 x 512 ones (below the floor) took 1.00-1.09x of packing all
+    in six A/Bs (two identical settings measured 0.95-1.07x apart in the same runs). There the
+    packed kernel wins only where the weight is too large for the core's cache; below, the
+    per-batch reorder and its per-call cost are not paid back. On a 2-core AMD EPYC
+    (2026-12-05, same torch) oneDNN's packed kernel beat sgemm at every decode shape measured,
+    1.08x at [32, 256] x [256, 256] to 2.0x at [32, 256] x [256, 4096], and the whole engine took 0.72x
+    (3.2 M, pure decode) and 0.82x (GRPO-shaped batch) the time packed against the floor: no
+    floor there. bfloat16 always packs: the packed kernel was ahead at every shape and model
+    measured on both (the engine took 1.01-1.12x the time unpacked)."""
     if weight.device.type != "cpu" or weight.dtype not in (torch.float32, torch.bfloat16):
         return False
     size = weight.numel() if elements is None else elements
-    if weight.dtype == torch.float32 and size < PACKED_FLOAT32_MIN_ELEMENTS:
+    if weight.dtype == torch.float32 and size < float32_packing_floor():
         return False
     return torch.backends.mkldnn.is_available()
 

@@ -79,8 +79,8 @@ class EmbeddedConfig:
     decoder: Literal["auto", "lean", "hf"] = doc(
         "What runs each decode step: lean = heron's step for Llama, Qwen2 and Qwen3 models (the HF forward's "
         "arithmetic without transformers' per-token mask, RoPE and wrapper work: bit-identical); auto = lean with, on "
-        "the CPU, the linears' weights packed for oneDNN once per batch where that pays (bfloat16, and float32 weights "
-        "from 2 MB; faster; float32 equal up to summation order); "
+        "the CPU, the linears' weights packed for oneDNN once per batch where that pays (bfloat16; float32 weights "
+        "on AMD CPUs, and on Intel ones from 2 MB; faster; float32 equal up to summation order); "
         "hf = always the model's forward. Other models always decode with their forward (docs/engines.md).",
         "auto",
     )

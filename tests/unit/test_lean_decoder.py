@@ -9,8 +9,9 @@ reordered any of them would show; every model is saved and loaded back with ``fr
 as a user's would be.
 
 The default (``decoder="auto"``) packs the linears' weights for oneDNN on the CPU where that pays
-(bfloat16, and float32 weights from ``PACKED_FLOAT32_MIN_ELEMENTS``; the tests of the packed path
-lower that floor to 0, so these small models pack): each linear is the same dot products summed
+(bfloat16, and float32 weights from ``heron.device.float32_packing_floor()``, which depends on
+the CPU's vendor; the tests of the packed path set that floor to 0, so these small models pack,
+and those of the floor set it): each linear is the same dot products summed
 in another order. ``packed_linear`` is checked against a
 float64 reference within the bound of its accumulation (rule 2) and its bf16 output rounding;
 the float32 engine's logprobs within the derived bound and its tokens exactly (rule 4).
@@ -94,7 +95,13 @@ def _requests() -> list[GenerationRequest]:
 @pytest.fixture
 def pack_every_linear(monkeypatch):
     """float32 linears of any size packed, so these small models take the packed path."""
-    monkeypatch.setattr(heron.device, "PACKED_FLOAT32_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(heron.device, "float32_packing_floor", lambda: 0)
+
+
+@pytest.fixture
+def intel_floor(monkeypatch):
+    """The float32 packing floor of an Intel CPU, whatever this machine's vendor."""
+    monkeypatch.setattr(heron.device, "cpu_vendor", lambda: "GenuineIntel")
 
 
 def _engines(model_dir, dtype, decoder="lean"):
@@ -286,24 +293,48 @@ def test_a_packed_linear_is_the_linear_up_to_round_off(dtype, pack_every_linear)
             assert excess <= 0, (name, rows, excess)
 
 
-def test_float32_weights_pack_from_the_floor_and_bfloat16_ones_always():
-    """packs_linear: a float32 weight below PACKED_FLOAT32_MIN_ELEMENTS stays plain (MKL's sgemm
-    is the faster kernel there), one at the floor packs, bfloat16 ones pack at any size; a group's
-    size (stacked q, k, v) is what counts when given."""
+def test_float32_weights_pack_from_the_floor_and_bfloat16_ones_always(intel_floor):
+    """packs_linear on an Intel CPU: a float32 weight below PACKED_FLOAT32_MIN_ELEMENTS stays
+    plain (MKL's sgemm is the faster kernel there), one at the floor packs, bfloat16 ones pack at
+    any size; a group's size (stacked q, k, v) is what counts when given."""
     if not torch.backends.mkldnn.is_available():
         pytest.skip("a torch build without oneDNN packs nothing")
     floor = heron.device.PACKED_FLOAT32_MIN_ELEMENTS
     small, large = torch.randn(256, 256), torch.randn(floor // 512, 512)
+    assert heron.device.float32_packing_floor() == floor
     assert not packs_linear(small) and packed_linear_weight(small, 32) is None
     assert packs_linear(large) and packs_linear(small, elements=floor)
     assert packs_linear(small.bfloat16()) == (packed_linear_weight(small.bfloat16(), 32) is not None)
 
 
+def test_an_amd_cpu_packs_float32_weights_of_any_size(monkeypatch):
+    """MKL's sgemm does not run its own best code on AMD CPUs; oneDNN's packed kernel was the
+    faster one at every decode shape measured there, so there is no floor."""
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("a torch build without oneDNN packs nothing")
+    monkeypatch.setattr(heron.device, "cpu_vendor", lambda: "AuthenticAMD")
+    assert heron.device.float32_packing_floor() == 0
+    assert packs_linear(torch.randn(4, 4)) and packed_linear_weight(torch.randn(4, 4), 32) is not None
+
+
+def test_the_cpu_vendor_is_read_from_cpuinfo_or_the_processor_name():
+    """/proc/cpuinfo's vendor_id line (Linux), else a vendor named in platform.processor()
+    (Windows: "AMD64 Family 23 Model 49 Stepping 0, AuthenticAMD"); "" where neither says, and
+    an unknown vendor keeps the floor."""
+    parse = heron.device.parse_cpu_vendor
+    assert parse("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n") == "AuthenticAMD"
+    assert parse("processor\t: 0\nvendor_id\t: GenuineIntel\n") == "GenuineIntel"
+    assert parse("AMD64 Family 23 Model 49 Stepping 0, AuthenticAMD") == "AuthenticAMD"
+    assert parse("Intel64 Family 6 Model 85 Stepping 7, GenuineIntel") == "GenuineIntel"
+    assert parse("arm") == parse("") == ""
+    assert isinstance(heron.device.cpu_vendor(), str)
+
+
 @pytest.mark.portability
-def test_a_float32_model_below_the_floor_decodes_bit_identical_with_auto(tmp_path_factory):
-    """With the default floor these small float32 models pack nothing: decoder="auto" is then the
-    lean step with torch's linears, bit-identical to the HF forward (the bench's 3.2 M model, all
-    of whose weights lie below the floor, decodes this way)."""
+def test_a_float32_model_below_the_floor_decodes_bit_identical_with_auto(tmp_path_factory, intel_floor):
+    """With an Intel CPU's floor these small float32 models pack nothing: decoder="auto" is then
+    the lean step with torch's linears, bit-identical to the HF forward (the bench's 3.2 M model,
+    all of whose weights lie below the floor, decodes this way on an Intel CPU)."""
     auto, hf = _engines(_model_dir(tmp_path_factory, "qwen3"), torch.float32, decoder="auto")
     assert auto._lean.session(32, 4).packed == {}
     requests = _requests()
@@ -321,7 +352,7 @@ def test_a_step_mixes_packed_and_plain_linears(tmp_path_factory, monkeypatch):
 
     if not torch.backends.mkldnn.is_available():
         pytest.skip("a torch build without oneDNN packs nothing")
-    monkeypatch.setattr(heron.device, "PACKED_FLOAT32_MIN_ELEMENTS", 2 * 96 * 64)
+    monkeypatch.setattr(heron.device, "float32_packing_floor", lambda: 2 * 96 * 64)
     auto, hf = _engines(_model_dir(tmp_path_factory, "qwen3"), torch.float32, decoder="auto")
     layers = auto.model.model.layers
     assert set(auto._lean.session(32, 4).packed) == {(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in layers}
