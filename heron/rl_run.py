@@ -133,6 +133,7 @@ class RLRun:
     def log(self, batch: RolloutBatch, train_metrics: dict, eval_metrics: dict) -> dict:
         rewards = [s.reward for s in batch.samples]
         lengths = [len(s.response_tokens) for s in batch.samples]
+        rollout_s = time.perf_counter() - self.timings["_start"]
         record = {
             "rollout_id": batch.rollout_id,
             "policy_version": self.c.trainer.version,
@@ -147,10 +148,18 @@ class RLRun:
             **eval_metrics,
             **{k: v for k, v in self.timings.items() if not k.startswith("_")},
             **self.c.residency.metrics(),
-            "time/rollout_s": time.perf_counter() - self.timings["_start"],
+            "time/rollout_s": rollout_s,
+            **_throughput(len(batch.samples), sum(lengths), rollout_s - self.timings.get("time/eval_s", 0.0)),
         }
         self.tracker.log_rollout(record)
         return record
+
+
+def _throughput(num_samples: int, num_response_tokens: int, seconds: float) -> dict[str, float]:
+    """The rollout's samples and generated tokens per second of its training work (generation to
+    weight push: ``time/rollout_s`` less ``time/eval_s``), the figures to compare between configs."""
+    seconds = max(seconds, 1e-9)
+    return {"perf/samples_per_s": num_samples / seconds, "perf/response_tokens_per_s": num_response_tokens / seconds}
 
 
 def _with_signals_held(close) -> None:

@@ -64,6 +64,11 @@ def test_sft_then_rl_raises_the_reward(warm_started, tmp_path, variant):
     lines = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
     assert [m["rollout_id"] for m in lines] == list(range(12))
     assert {"reward/mean", "time/rollout_s", "policy_version", "train/loss"} <= set(lines[0])
+    for m in lines:  # throughput over the rollout's training work (the eval's time left out)
+        seconds = m["time/rollout_s"] - m.get("time/eval_s", 0.0)
+        assert 0 < seconds <= m["time/rollout_s"]
+        assert m["perf/samples_per_s"] == pytest.approx(64 / seconds)
+        assert m["perf/response_tokens_per_s"] == pytest.approx(64 * m["response/length_mean"] / seconds)
     # one step per rollout on-policy: pi_old came from the training forward (issue 14, item 2)
     assert {m["train/old_logprobs_recomputed"] for m in lines} == {0.0}
     assert (run_dir / "reward_curve.png").stat().st_size > 0
