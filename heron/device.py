@@ -239,6 +239,7 @@ def fused_optimizer_supported(params: list[torch.Tensor]) -> bool:
 # packing on a CPU where MKL's sgemm runs its own best code; see packs_linear.
 PACKED_FLOAT32_MIN_ELEMENTS = 1 << 19
 # CPU vendors (x86 CPUID vendor strings) whose float32 linears pack at any size; see packs_linear.
+# Measured on AMD; Hygon's CPUs are AMD Zen cores, which MKL treats alike (not measured).
 PACK_EVERY_FLOAT32_VENDORS = ("AuthenticAMD", "HygonGenuine")
 
 

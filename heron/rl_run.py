@@ -51,15 +51,17 @@ class RLRun:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         with signals_held() as held:  # a second Ctrl-C must not abandon actors or a save half-way
-            self._close(failing=exc_type is not None)
+            self._close(exc)
         signum = interrupt_signal(exc) or next(iter(held), None)
         if signum is not None:  # Ctrl-C / SIGTERM: one line in the CLI (heron.interrupt)
             raise RunInterrupted(signum, self.rollout_id, self.checkpointer.last_checkpoint()) from None
 
-    def _close(self, failing: bool) -> None:
-        """``failing``: a later failure is logged, so the first error is the one reported."""
+    def _close(self, failure: BaseException | None) -> None:
+        """``failure``: the error the run is stopping on; a later one is logged, so the first
+        error is the one reported (see ``Checkpointer.close`` for the one exception)."""
+        failing = failure is not None
         try:  # waits for an async save in flight; raises its error unless already failing
-            self.checkpointer.close(raise_error=not failing)
+            self.checkpointer.close(failure)
         except BaseException:
             failing = True
             raise

@@ -12,6 +12,7 @@ from heron.checkpoint.resume import (
     restore, select_checkpoint, set_aside_newer, truncate_run_files,
 )
 from heron.checkpoint.rng import capture_rng
+from heron.checkpoint.save_failure import out_of_space
 from heron.checkpoint.run_state import Fingerprint, RunState
 from heron.checkpoint.shards import SavedShards
 from heron.checkpoint.fingerprint import RESUME_CRITICAL, config_fingerprint, digest
@@ -93,14 +94,20 @@ class Checkpointer:
             return self.writer.last_committed
         return self.resumed_from.path if self.resumed_from is not None else None
 
-    def close(self, raise_error: bool = True) -> None:
-        """End of run: waits for the save in flight and raises its error (or, while the run is
-        already failing with another error, logs it so the first error is the one reported)."""
+    def close(self, failure: BaseException | None = None) -> None:
+        """End of run: waits for the save in flight and raises its error. While the run is
+        already failing (``failure``), the first error is the one reported and the save's is
+        logged -- except when both are the disk filling up: an async save fills it while the
+        loop goes on, so the loop's next write (a metrics record) can fail first, in the moment
+        before the save fails and removes its files. The save is then the cause, and its error
+        is the one that names the checkpoint lost, the last complete one and the fix."""
         if self.writer is None:
             return
         try:
             self.writer.close()
         except Exception as e:
-            if raise_error:
+            if failure is None or (out_of_space(failure) and out_of_space(e)):
+                if failure is not None:
+                    log.warning("also, the run stopped on: %s", failure)
                 raise
             log.warning("also, the last checkpoint save failed: %s", e)

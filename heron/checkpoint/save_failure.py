@@ -19,6 +19,12 @@ from heron.errors import describe_os_error
 OUT_OF_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
+def out_of_space(error: BaseException) -> bool:
+    """Whether ``error`` is, or was caused by, a full disk or a quota or file-size limit."""
+    os_error = find_cause(error, OSError)
+    return os_error is not None and os_error.errno in OUT_OF_SPACE
+
+
 def _what(error: BaseException, temp: Path) -> tuple[str, OSError | None]:
     os_error = find_cause(error, OSError)
     if os_error is None:

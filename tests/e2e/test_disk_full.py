@@ -151,3 +151,55 @@ def test_a_failing_plot_at_shutdown_does_not_mask_the_error_that_ended_the_run(r
     with caplog.at_level(logging.WARNING), pytest.raises(RuntimeError, match="the error that ended the run"):
         train(run_config("tracking.plot=true"))
     assert any("reward_curve.png" in r.getMessage() and "No space left" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("loop_error", ["disk full", "other"])
+def test_a_record_lost_to_the_disk_an_async_save_filled_reports_the_save(run_config, monkeypatch, caplog, loop_error):
+    """The race the real-ENOSPC test can hit: the async save of rollout 1 fills the disk while the
+    loop goes on, and rollout 2's metrics record fails (ENOSPC) in the moment before the save
+    itself fails and removes its files. The save is the cause: its error is the one reported (it
+    names the checkpoint lost and the last complete one), the record's is logged. A loop error
+    that is not the disk (``other``) stays the one reported, the save's is logged. Deterministic:
+    the save fails only once the record has."""
+    import logging
+    import threading
+
+    from heron.checkpoint import dcp_io
+    from heron.checkpoint.errors import AsyncSaveError
+    from heron.errors import RunError
+    from heron.loop import train
+    from heron.tracking.metrics_file import JsonlWriter
+
+    record_failed = threading.Event()
+    real_save, real_write = dcp_io.save, JsonlWriter.write
+
+    def save(state, folder, *args, **kwargs):
+        if "rollout-000001" in str(folder):
+            assert record_failed.wait(timeout=600)
+            raise OSError(28, "No space left on device", str(folder))
+        return real_save(state, folder, *args, **kwargs)
+
+    def write(self, record):
+        if record.get("rollout_id") == 2 and "reward/mean" in record:
+            record_failed.set()
+            if loop_error == "other":
+                raise RuntimeError("not the disk")
+            raise RunError(f"could not append a record to {self.path}: No space left on device (ENOSPC)") from OSError(
+                28, "No space left on device")
+        return real_write(self, record)
+
+    monkeypatch.setattr(dcp_io, "save", save)
+    monkeypatch.setattr(JsonlWriter, "write", write)
+    cfg = run_config("rollout.num_rollouts=3", "checkpoint.interval=1", "checkpoint.keep_last=0", "checkpoint.async=true")
+    expected = AsyncSaveError if loop_error == "disk full" else RuntimeError
+    with caplog.at_level(logging.WARNING), pytest.raises(expected) as raised:
+        train(cfg)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    if loop_error == "disk full":
+        message = str(raised.value)
+        assert "could not write checkpoint rollout-000001" in message and "(ENOSPC)" in message, message
+        assert "the last complete checkpoint is rollout-000000" in message, message
+        assert any("also, the run stopped on: could not append a record" in w for w in warnings), warnings
+    else:
+        assert any("also, the last checkpoint save failed: could not write checkpoint rollout-000001" in w
+                   for w in warnings), warnings
