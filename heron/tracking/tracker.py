@@ -91,6 +91,8 @@ def summary_line(r: dict) -> str:
         f"len {r.get('response/length_mean', 0.0):.1f}",
         f"{r['time/rollout_s']:.2f}s",
     ]
+    if "perf/samples_per_s" in r:
+        parts.append(f"{r['perf/samples_per_s']:.1f} samples/s")
     if "eval/accuracy" in r:
         parts.append(f"eval {r['eval/accuracy']:.3f}")
     return " | ".join(parts)
