@@ -288,8 +288,8 @@ def packs_linear(weight: torch.Tensor, elements: int | None = None) -> bool:
     (2026-12-05, same torch) oneDNN's packed kernel beat sgemm at every decode shape measured,
     1.08x at [32, 256] x [256, 256] to 2.0x at [32, 256] x [256, 4096], and the whole engine
     took 0.72x (3.2 M, pure decode) and 0.82x (GRPO-shaped batch) the time packed against the
-    floor: no floor there. bfloat16 always packs: the packed kernel was ahead at every shape and model
-    measured on both (the engine took 1.01-1.12x the time unpacked)."""
+    floor: no floor there. bfloat16 always packs: the packed kernel was ahead at every shape and
+    model measured on both (the engine took 1.01-1.12x the time unpacked)."""
     if weight.device.type != "cpu" or weight.dtype not in (torch.float32, torch.bfloat16):
         return False
     size = weight.numel() if elements is None else elements

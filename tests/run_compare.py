@@ -13,7 +13,8 @@ ROUNDOFF_METRICS = ("train/engine_logprob_abs_diff_mean", "train/engine_logprob_
 
 
 def comparable(record: dict) -> dict:
-    return {k: v for k, v in record.items() if not k.startswith(("time/", "perf/", "memory/")) and k not in ROUNDOFF_METRICS}
+    return {k: v for k, v in record.items()
+            if not k.startswith(("time/", "perf/", "memory/")) and k not in ROUNDOFF_METRICS}
 
 
 def assert_roundoff_mismatch(records: list[dict], cfg) -> None:

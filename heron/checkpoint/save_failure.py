@@ -25,25 +25,25 @@ def out_of_space(error: BaseException) -> bool:
     return os_error is not None and os_error.errno in OUT_OF_SPACE
 
 
-def _what(error: BaseException, temp: Path) -> tuple[str, OSError | None]:
+def _what(error: BaseException, temp: Path) -> str:
     os_error = find_cause(error, OSError)
     if os_error is None:
         lines = str(error).strip().splitlines()
-        return f"{type(error).__name__}: {lines[-1] if lines else ''}".rstrip(": "), None
+        return f"{type(error).__name__}: {lines[-1] if lines else ''}".rstrip(": ")
     where = ""
     if os_error.filename:
         target = Path(str(os_error.filename))
         where = f" writing {target.relative_to(temp) if target.is_relative_to(temp) else target}"
-    return describe_os_error(os_error) + where, os_error
+    return describe_os_error(os_error) + where
 
 
 def save_failure_message(folder: Path, name: str, temp: Path, error: BaseException) -> str:
-    what, os_error = _what(error, temp)
+    what = _what(error, temp)
     newest = next(iter(committed(folder)), None)
     if newest is None:
         last, resume = "no checkpoint of this run is complete yet", " (it starts again from rollout 0)"
     else:
         last, resume = f"the last complete checkpoint is {newest.name}", " to resume from it"
     fix = ("free space (or raise the limit), then rerun the same command"
-           if os_error is not None and os_error.errno in OUT_OF_SPACE else "rerun the same command")
+           if out_of_space(error) else "rerun the same command")
     return f"could not write checkpoint {name} in {folder}: {what}; the unfinished save was removed; {last}; {fix}{resume}"

@@ -149,7 +149,8 @@ class LeanDecoder:
     CPU, the step's linears use weights packed for oneDNN once per batch where that pays
     (``heron.device.packs_linear``: bfloat16, and float32 ones on AMD CPUs or from 2 MB; q, k, v
     and gate, up stacked), and in bf16 attention runs on float32 copies
-    (``heron.device.decode_attention_in_float32``). Off: torch's own ``F.linear`` and transformers' attention call as it is, bit for bit the HF forward."""
+    (``heron.device.decode_attention_in_float32``). Off: torch's own ``F.linear`` and
+    transformers' attention call as it is, bit for bit the HF forward."""
 
     def __init__(self, model: torch.nn.Module, *, fast_kernels: bool = True):
         from transformers.integrations.sdpa_attention import sdpa_attention_forward

@@ -190,7 +190,8 @@ def test_a_record_lost_to_the_disk_an_async_save_filled_reports_the_save(run_con
 
     monkeypatch.setattr(dcp_io, "save", save)
     monkeypatch.setattr(JsonlWriter, "write", write)
-    cfg = run_config("rollout.num_rollouts=3", "checkpoint.interval=1", "checkpoint.keep_last=0", "checkpoint.async=true")
+    cfg = run_config("rollout.num_rollouts=3", "checkpoint.interval=1", "checkpoint.keep_last=0",
+                     "checkpoint.async=true")
     expected = AsyncSaveError if loop_error == "disk full" else RuntimeError
     with caplog.at_level(logging.WARNING), pytest.raises(expected) as raised:
         train(cfg)

@@ -11,10 +11,10 @@ as a user's would be.
 The default (``decoder="auto"``) packs the linears' weights for oneDNN on the CPU where that pays
 (bfloat16, and float32 weights from ``heron.device.float32_packing_floor()``, which depends on
 the CPU's vendor; the tests of the packed path set that floor to 0, so these small models pack,
-and those of the floor set it): each linear is the same dot products summed
-in another order. ``packed_linear`` is checked against a
-float64 reference within the bound of its accumulation (rule 2) and its bf16 output rounding;
-the float32 engine's logprobs within the derived bound and its tokens exactly (rule 4).
+and those of the floor set it): each linear is the same dot products summed in another order.
+``packed_linear`` is checked against a float64 reference within the bound of its accumulation
+(rule 2) and its bf16 output rounding; the float32 engine's logprobs within the derived bound and
+its tokens exactly (rule 4).
 """
 
 from __future__ import annotations
