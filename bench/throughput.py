@@ -9,7 +9,17 @@ train step (the train call without that forward), push (weights into the engine)
 then compete with the next stages for the cores, which shows in their times, not in this line;
 measured on 2 cores, 25M model in bf16: generate 0.83 s with ``checkpoint.enabled=false``, 1.5 s
 with a save of its 300 MB after every rollout, with the save threads at nice 0, 10 or 19).
-Medians over steps 2..N; the last line is ``throughput: samples_per_s=<samples per step / median step time>  [model]``.
+Medians over steps 2..N.
+
+Then the training step's matmul floor, to show how much of the step is left to speed up: the
+step's matmul FLOPs (``torch.utils.flop_counter.FlopCounterMode`` over one more train call:
+forward, backward, attention), the seconds its matmul kernels took (``torch.profiler``, a second
+call on the same batch), and this CPU's matmul rate in the step's compute dtype (the median of a
+``[2048, 2048] x [2048, 2048]`` product, float32 or bfloat16 for ``train.precision=bf16``). The
+floor is the FLOPs at the faster of that rate and the step's own kernels' rate: cutting
+overhead, fusing or skipping non-matmul work cannot take the same maths below it; only a faster
+matmul kernel than both could. The last line is ``throughput: samples_per_s=<samples per step /
+median step time>  [model]``.
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/throughput.py [--model toy|3M|25M] [--steps 8]
 """
@@ -28,12 +38,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.vs_trl import LR, MODELS, NEW_TOKENS, PROMPTS, REWARD, SAMPLES  # noqa: E402
+import torch  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
 from heron.config.root import load_config  # noqa: E402
 from heron.rl_run import RLRun  # noqa: E402
 from heron.toy.addition import make_prompts  # noqa: E402
 from heron.toy.model import create_toy_model  # noqa: E402
 
 STAGES = ["generate", "reward", "old_logprobs", "train_step", "push", "checkpoint"]
+# torch.profiler's names for the matmul kernels a train step runs (plain, batched, with a bias,
+# oneDNN's linear)
+MATMUL_KERNELS = {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "mkldnn::_linear_pointwise"}
 
 
 def _timer(times: dict[str, float], name: str, fn):
@@ -68,6 +84,46 @@ def run_steps(run: RLRun, num_steps: int) -> list[dict[str, float]]:
     return steps
 
 
+def matmul_rate(dtype: torch.dtype, size: int = 2048, repeats: int = 5) -> float:
+    """This CPU's matmul FLOP/s in ``dtype``: the median of ``repeats`` [size, size] x [size, size]
+    products (2 size^3 FLOPs each) after one warm-up."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    a @ b
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return 2 * size**3 / statistics.median(times)
+
+
+def matmul_floor(run: RLRun, rollout_id: int) -> dict[str, float]:
+    """One more rollout's train step, measured twice on the same batch: its matmul FLOPs
+    (FlopCounterMode) and the seconds of its matmul kernels (torch.profiler), plus the wall time of
+    the profiled call."""
+    batch = run.postprocess(run.advantages(run.reward(run.generate(rollout_id))))
+    counter = FlopCounterMode(display=False)
+    with counter:
+        run.train(batch)
+    with torch.profiler.profile() as profile:
+        start = time.perf_counter()
+        run.train(batch)
+        wall = time.perf_counter() - start
+    kernel_us = sum(e.self_cpu_time_total for e in profile.key_averages() if e.key in MATMUL_KERNELS)
+    return {"flops": counter.get_total_flops(), "kernel_s": kernel_us / 1e6, "wall_s": wall}
+
+
+def print_floor(floor: dict[str, float], train_step_s: float, dtype: torch.dtype) -> None:
+    """The floor is the FLOPs at the faster of two rates: the 2048^3 product's and the step's own
+    kernels' (a step's shapes can beat the square product)."""
+    product_rate, step_rate = matmul_rate(dtype), floor["flops"] / floor["kernel_s"]
+    floor_s = floor["flops"] / max(product_rate, step_rate)
+    print(f"  train step matmuls: {floor['flops'] / 1e9:.1f} GFLOP (forward, backward, attention); their kernels "
+          f"took {floor['kernel_s']:.3f} s of a profiled {floor['wall_s']:.3f} s step ({step_rate / 1e9:.0f} GFLOP/s)")
+    print(f"  {str(dtype).removeprefix('torch.')} 2048^3 product: {product_rate / 1e9:.0f} GFLOP/s; matmul floor "
+          f"{floor_s:.3f} s, the median train step {train_step_s:.3f} s is {train_step_s / floor_s:.2f}x it")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="3M", choices=list(MODELS))
@@ -82,19 +138,25 @@ def main() -> None:
                                 for p in make_prompts(PROMPTS * args.steps * 4, seed=1, max_digits=2)))
         cfg = load_config(None, [
             f"model.path={model_dir}", f"data.path={data}", f"run.dir={Path(tmp) / 'run'}",
-            f"rollout.num_rollouts={args.steps}", f"rollout.batch_size={PROMPTS}", f"rollout.samples_per_prompt={SAMPLES}",
+            f"rollout.num_rollouts={args.steps + 1}", f"rollout.batch_size={PROMPTS}", f"rollout.samples_per_prompt={SAMPLES}",
             f"rollout.max_new_tokens={NEW_TOKENS}", "train.steps_per_rollout=1", f"train.micro_batch_size={PROMPTS * SAMPLES}",
             f"train.lr={LR}", "eval.interval=0", "checkpoint.interval=1", f"reward.fn={REWARD}", *args.overrides,
         ])
         with RLRun(cfg) as run:
             num_params = sum(p.numel() for p in run.c.engine.model.parameters()) if hasattr(run.c.engine, "model") else 0
+            floor_rollout = list(run.rollout_ids())[args.steps]
             steps = run_steps(run, args.steps)[1:]  # step 1 is the warm-up
+            if run.checkpointer.writer is not None:
+                run.checkpointer.writer.wait()  # no save in the background of the floor's two calls
+            floor = matmul_floor(run, floor_rollout)
+            dtype = torch.bfloat16 if cfg.train.precision == "bf16" else torch.float32
     total = statistics.median(s["total"] for s in steps)
     print(f"throughput [{args.model}, {num_params / 1e6:.2f} M params]: {PROMPTS} prompts x {SAMPLES} samples x "
           f"<= {NEW_TOKENS} new tokens, medians of steps 2-{args.steps}")
     for stage in STAGES + ["total"]:
         median = statistics.median(s[stage] for s in steps)
         print(f"  {stage:<13} {median:7.3f} s  ({100 * median / total:5.1f} %)")
+    print_floor(floor, statistics.median(s["train_step"] for s in steps), dtype)
     print(f"throughput: samples_per_s={PROMPTS * SAMPLES / total:.1f}  [{args.model}]")
 
 
