@@ -11,15 +11,15 @@ measured on 2 cores, 25M model in bf16: generate 0.83 s with ``checkpoint.enable
 with a save of its 300 MB after every rollout, with the save threads at nice 0, 10 or 19).
 Medians over steps 2..N.
 
-Then the training step's matmul floor, to show how much of the step is left to speed up: the
-step's matmul FLOPs (``torch.utils.flop_counter.FlopCounterMode`` over one more train call:
-forward, backward, attention), the seconds its matmul kernels took (``torch.profiler``, a second
-call on the same batch), and this CPU's matmul rate in the step's compute dtype (the median of a
-``[2048, 2048] x [2048, 2048]`` product, float32 or bfloat16 for ``train.precision=bf16``). The
-floor is the FLOPs at the faster of that rate and the step's own kernels' rate: cutting
-overhead, fusing or skipping non-matmul work cannot take the same maths below it; only a faster
-matmul kernel than both could. The last line is ``throughput: samples_per_s=<samples per step /
-median step time>  [model]``.
+Then the training step's matmul floor, to show how much of the step is left to speed up. One
+more rollout's batch is trained three times: under ``torch.utils.flop_counter.FlopCounterMode``
+(the step's matmul FLOPs: forward, backward, attention), timed alone (the step the floor is set
+against) and under ``torch.profiler`` (the seconds its matmul kernels took). This CPU's matmul
+rate in the step's compute dtype is the median of a ``[2048, 2048] x [2048, 2048]`` product
+(float32, or bfloat16 for ``train.precision=bf16``). The floor is the FLOPs at the faster of that
+rate and the step's own kernels' rate: cutting overhead, fusing or skipping non-matmul work
+cannot take the same maths below it; only a faster matmul kernel than both could. The last line
+is ``throughput: samples_per_s=<samples per step / median step time>  [model]``.
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/throughput.py [--model toy|3M|25M] [--steps 8]
 """
@@ -98,30 +98,30 @@ def matmul_rate(dtype: torch.dtype, size: int = 2048, repeats: int = 5) -> float
 
 
 def matmul_floor(run: RLRun, rollout_id: int) -> dict[str, float]:
-    """One more rollout's train step, measured twice on the same batch: its matmul FLOPs
-    (FlopCounterMode) and the seconds of its matmul kernels (torch.profiler), plus the wall time of
-    the profiled call."""
+    """One more rollout's train step, run three times on the same batch: under FlopCounterMode
+    (its matmul FLOPs), timed, and under torch.profiler (the seconds of its matmul kernels)."""
     batch = run.postprocess(run.advantages(run.reward(run.generate(rollout_id))))
     counter = FlopCounterMode(display=False)
     with counter:
         run.train(batch)
+    start = time.perf_counter()
+    run.train(batch)
+    wall = time.perf_counter() - start
     with torch.profiler.profile() as profile:
-        start = time.perf_counter()
         run.train(batch)
-        wall = time.perf_counter() - start
     kernel_us = sum(e.self_cpu_time_total for e in profile.key_averages() if e.key in MATMUL_KERNELS)
     return {"flops": counter.get_total_flops(), "kernel_s": kernel_us / 1e6, "wall_s": wall}
 
 
-def print_floor(floor: dict[str, float], train_step_s: float, dtype: torch.dtype) -> None:
+def print_floor(floor: dict[str, float], dtype: torch.dtype) -> None:
     """The floor is the FLOPs at the faster of two rates: the 2048^3 product's and the step's own
     kernels' (a step's shapes can beat the square product)."""
     product_rate, step_rate = matmul_rate(dtype), floor["flops"] / floor["kernel_s"]
     floor_s = floor["flops"] / max(product_rate, step_rate)
-    print(f"  train step matmuls: {floor['flops'] / 1e9:.1f} GFLOP (forward, backward, attention); their kernels "
-          f"took {floor['kernel_s']:.3f} s of a profiled {floor['wall_s']:.3f} s step ({step_rate / 1e9:.0f} GFLOP/s)")
+    print(f"  train step matmuls: {floor['flops'] / 1e9:.1f} GFLOP (forward, backward, attention), their kernels "
+          f"{floor['kernel_s']:.3f} s under the profiler ({step_rate / 1e9:.0f} GFLOP/s)")
     print(f"  {str(dtype).removeprefix('torch.')} 2048^3 product: {product_rate / 1e9:.0f} GFLOP/s; matmul floor "
-          f"{floor_s:.3f} s, the median train step {train_step_s:.3f} s is {train_step_s / floor_s:.2f}x it")
+          f"{floor_s:.3f} s, the same batch's train step {floor['wall_s']:.3f} s is {floor['wall_s'] / floor_s:.2f}x it")
 
 
 def main() -> None:
@@ -156,7 +156,7 @@ def main() -> None:
     for stage in STAGES + ["total"]:
         median = statistics.median(s[stage] for s in steps)
         print(f"  {stage:<13} {median:7.3f} s  ({100 * median / total:5.1f} %)")
-    print_floor(floor, statistics.median(s["train_step"] for s in steps), dtype)
+    print_floor(floor, dtype)
     print(f"throughput: samples_per_s={PROMPTS * SAMPLES / total:.1f}  [{args.model}]")
 
 
