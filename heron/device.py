@@ -164,6 +164,15 @@ def gpus_per_bundle(kind: str) -> int:
     return 1 if kind == "cuda" else 0
 
 
+def profiler_activities() -> list:
+    """What torch.profiler records in this process: host operators, and the CUDA kernels too
+    where CUDA is available."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if cuda_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    return activities
+
+
 def local_gpu_count() -> int:
     """CUDA devices visible to this process (0 without CUDA)."""
     return torch.cuda.device_count() if cuda_available() else 0

@@ -30,15 +30,16 @@ def run_rollouts(run: RLRun, observer: RolloutObserver | None = None) -> list[di
     records = []
     run.evaluate(rollout_id=-1)
     for rollout_id in run.rollout_ids():
-        batch = run.generate(rollout_id)
-        batch = run.reward(batch)
-        batch = run.advantages(batch)
-        batch = run.postprocess(batch)
-        train_metrics = run.train(batch)
-        run.push_weights()
-        eval_metrics = run.evaluate(rollout_id)
-        records.append(run.log(batch, train_metrics, eval_metrics))
-        run.checkpoint(rollout_id)
+        with run.profiled(rollout_id):  # torch.profiler, for the rollouts tracking.profile names
+            batch = run.generate(rollout_id)
+            batch = run.reward(batch)
+            batch = run.advantages(batch)
+            batch = run.postprocess(batch)
+            train_metrics = run.train(batch)
+            run.push_weights()
+            eval_metrics = run.evaluate(rollout_id)
+            records.append(run.log(batch, train_metrics, eval_metrics))
+            run.checkpoint(rollout_id)
         if observer is not None:
             observer(batch, records[-1])
     return records

@@ -19,6 +19,7 @@ from heron.plugins.postprocess import apply_postprocess, checked_prompts
 from heron.preflight import preflight
 from heron.records import RolloutBatch
 from heron.run_dir import hold_run_folders
+from heron.tracking.profiler import RolloutProfiler, stage
 from heron.tracking.tracker import Tracker
 from heron.trainer.batch import collate
 from heron.trainer.reward_kl import reward_kl_penalties
@@ -44,6 +45,7 @@ class RLRun:
                 self.push_weights()  # the engine serves the restored policy, through the one push path
             _write_config(cfg, self.run_dir / "config.yaml")
             self.tracker = Tracker(cfg.tracking, self.run_dir, self.start_rollout, cfg.rollout.num_rollouts, to_dict(cfg))
+            self.profiler = RolloutProfiler(cfg.tracking.profile, self.run_dir)
             self._release = undo.pop_all()
 
     def __enter__(self) -> "RLRun":
@@ -77,8 +79,14 @@ class RLRun:
     @contextmanager
     def _timed(self, name: str):
         start = time.perf_counter()
-        yield
+        with stage(name):  # the stage's range in a profile (tracking.profile)
+            yield
         self.timings[f"time/{name}_s"] = time.perf_counter() - start
+
+    def profiled(self, rollout_id: int):
+        """The context of one rollout's steps: torch.profiler records them when
+        ``tracking.profile.rollouts`` names the rollout (heron.tracking.profiler)."""
+        return self.profiler.rollout(rollout_id)
 
     def generate(self, rollout_id: int) -> RolloutBatch:
         self.rollout_id = rollout_id
@@ -115,7 +123,8 @@ class RLRun:
 
     def checkpoint(self, rollout_id: int) -> None:
         """Saves every ``checkpoint.interval`` rollouts and after the last (see heron.checkpoint)."""
-        self.checkpointer.maybe_save(rollout_id, self.c)
+        with stage("checkpoint"):
+            self.checkpointer.maybe_save(rollout_id, self.c)
 
     def evaluate(self, rollout_id: int) -> dict[str, float]:
         """Eval before the first rollout (``rollout_id=-1``), every ``eval.interval`` and at the end."""

@@ -21,7 +21,7 @@ from heron.config.reward import RewardConfig
 from heron.config.rollout import RolloutConfig
 from heron.config.run import RunConfig
 from heron.config.sft import SFTConfig
-from heron.config.tracking import TrackingConfig
+from heron.config.tracking import TrackingConfig, check_profiled_rollouts
 from heron.config.train import TrainConfig
 from heron.config.train_checks import check_precision
 
@@ -61,6 +61,7 @@ class HeronConfig:
         self._check_cluster()
         check_algo_combinations(self)
         check_precision(self.train, self.model)
+        check_profiled_rollouts(self.tracking.profile, self.rollout.num_rollouts)
         mini = self.rollout.num_samples // self.train.steps_per_rollout
         check(
             self.rollout.num_samples % self.train.steps_per_rollout == 0,

@@ -49,6 +49,30 @@ class MlflowConfig:
 
 
 @dataclass(frozen=True)
+class ProfileConfig:
+    """torch.profiler over whole rollouts (heron.tracking.profiler): each rollout named in
+    ``rollouts`` writes run.dir/profile/rollout_<id>/trace.json (a Chrome trace: Perfetto or
+    chrome://tracing) and ops.txt (the operators by self time). Each stage of the rollout is a
+    ``heron.<stage>`` range in the trace (generate, reward, train, push_weights, eval)."""
+
+    rollouts: list[int] = doc("Rollout ids to profile (e.g. [2, 50]); empty = no profiling.", factory=list)
+    record_shapes: bool = doc("Record each operator's input shapes (ops.txt then groups by shape).", False)
+    profile_memory: bool = doc("Record tensor memory allocated and freed by each operator.", False)
+    with_stack: bool = doc("Record the Python stack of each operator (larger traces).", False)
+
+    def __post_init__(self):
+        negative = [r for r in self.rollouts if r < 0]
+        check(not negative, f"tracking.profile.rollouts names rollout ids from 0, got {negative}")
+
+
+def check_profiled_rollouts(profile: ProfileConfig, num_rollouts: int) -> None:
+    """Every profiled rollout is one the run has (a later one would silently profile nothing)."""
+    past = sorted(r for r in profile.rollouts if r >= num_rollouts)
+    check(not past, f"tracking.profile.rollouts={past} lies past the last rollout: rollout.num_rollouts="
+                    f"{num_rollouts} runs rollouts 0..{num_rollouts - 1}; profile one of those")
+
+
+@dataclass(frozen=True)
 class TrackingConfig:
     """What the user sees: progress bar, per-rollout summary, metrics file, plots, and the
     optional trackers (TensorBoard, W&B, MLflow) beside metrics.jsonl, which is always written."""
@@ -59,3 +83,4 @@ class TrackingConfig:
     tensorboard: bool = doc("Also write TensorBoard event files into run.dir/tb.", False)
     wandb: WandbConfig = doc("Weights & Biases.", factory=WandbConfig)
     mlflow: MlflowConfig = doc("MLflow.", factory=MlflowConfig)
+    profile: ProfileConfig = doc("torch.profiler traces of chosen rollouts.", factory=ProfileConfig)

@@ -1,0 +1,38 @@
+"""tracking.profile: the rollouts it names write a Chrome trace with every stage's range and the
+operators inside them, and an operator table; the other rollouts write nothing, and profiling
+changes no metric."""
+
+from __future__ import annotations
+
+import json
+
+from heron.loop import train
+from heron.tracking.profiler import rollout_folder
+from tests.run_compare import comparable
+
+STAGES = ["heron.generate", "heron.reward", "heron.train", "heron.push_weights", "heron.checkpoint"]
+
+
+def _span(event: dict) -> tuple[float, float]:
+    return event["ts"], event["ts"] + event["dur"]
+
+
+def test_a_profiled_rollout_writes_its_trace_and_operator_table(run_config, tmp_path):
+    profiled = run_config("rollout.num_rollouts=3", "tracking.profile.rollouts=[1]", f"run.dir={tmp_path / 'profiled'}")
+    plain = run_config("rollout.num_rollouts=3", f"run.dir={tmp_path / 'plain'}")
+
+    records = train(profiled)
+
+    assert [p.name for p in (tmp_path / "profiled" / "profile").iterdir()] == ["rollout_00001"]
+    folder = rollout_folder(tmp_path / "profiled", 1)
+    events = [e for e in json.loads((folder / "trace.json").read_text())["traceEvents"] if e.get("ph") == "X"]
+    stages = {e["name"]: _span(e) for e in events if e["name"].startswith("heron.")}
+    assert set(STAGES) <= set(stages), sorted(stages)
+    assert [stages[s][0] for s in STAGES] == sorted(stages[s][0] for s in STAGES)  # in the loop's order
+    start, end = stages["heron.train"]
+    train_ops = [e for e in events if e["name"].startswith("aten::") and start <= e["ts"] <= end]
+    assert any(e["name"] in ("aten::mm", "aten::addmm", "aten::linear") for e in train_ops)
+    table = (folder / "ops.txt").read_text()
+    assert table.startswith("operators by self_cpu_time_total") and "aten::" in table
+    assert not (tmp_path / "plain" / "profile").exists()
+    assert [comparable(r) for r in records] == [comparable(r) for r in train(plain)]
