@@ -26,6 +26,7 @@ class ComponentHost:
         torch.set_num_threads(max(1, num_threads))
         self.name = name
         self.component: Any = None
+        self.capture = None  # the profiler between start_profile and stop_profile
 
     def rendezvous_address(self) -> tuple[str, int]:
         """A group's rendezvous point, served by this actor: this node's Ray address and a port
@@ -96,6 +97,19 @@ class ComponentHost:
     def close(self) -> None:
         """Stops what the component owns outside this process (a server engine's server)."""
         self.component.close()  # hosted engines only (RolloutEngine.close)
+
+    # --- profiling (heron.tracking.profiler; the driver opens and closes the window) ---
+    def start_profile(self, cfg) -> None:
+        """Starts torch.profiler in this actor, over the calls that follow (a ``ProfileConfig``)."""
+        from heron.tracking.profiler import Capture
+
+        self.capture = Capture(cfg)
+
+    def stop_profile(self) -> tuple[str, str] | None:
+        """Stops the profiler ``start_profile`` started -> (trace JSON text, operator tables), or
+        None when none runs (start failed, or the window was already closed)."""
+        capture, self.capture = self.capture, None
+        return None if capture is None else capture.finish()
 
     def get(self, attribute: str) -> Any:
         return getattr(self.component, attribute)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from heron.config.tracking import ProfileConfig
 from heron.critic.build import CriticSpec, build_critic
 from heron.critic.critic import Critic
 from heron.residency.coordinator import Coordinator
@@ -23,6 +24,7 @@ from heron.residency.wiring import ResidencySettings, attach, attach_residency
 from heron.rollout.engine import RolloutEngine
 from heron.rollout.registry import EngineSpec, build_engine
 from heron.trainer.build import TrainerSpec, build_trainer
+from heron.tracking.profiler import ProfileFiles
 from heron.trainer.protocol import Trainer
 
 
@@ -38,6 +40,15 @@ class Executor(Protocol):
     def critic(self, spec: CriticSpec, coordinator: Coordinator) -> Critic:
         """The critic (``algo.advantage=gae``) with its residency (offloaded like the trainer), registered
         with the run's ``coordinator``, so colocated it takes turns with the trainer and the engine."""
+        ...
+
+    def start_profiles(self, cfg: ProfileConfig) -> None:
+        """Starts torch.profiler in every process the executor runs components in, other than
+        this one (heron.tracking.profiler)."""
+        ...
+
+    def stop_profiles(self) -> dict[str, ProfileFiles]:
+        """Stops what ``start_profiles`` started -> each process's profile, by its name."""
         ...
 
     def close(self) -> None: ...
@@ -62,6 +73,12 @@ class LocalExecutor:
         attach(critic, "critic", critic.holdings(), offload=self.settings.offload_train,
                coordinator=coordinator, wait_timeout_s=self.settings.wait_timeout_s)
         return critic
+
+    def start_profiles(self, cfg: ProfileConfig) -> None:
+        pass  # every component runs in this process: its own profile covers them
+
+    def stop_profiles(self) -> dict[str, ProfileFiles]:
+        return {}
 
     def close(self) -> None:
         pass

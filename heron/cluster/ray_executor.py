@@ -30,11 +30,13 @@ from heron.cluster.rank_spec import RankSpec
 from heron.cluster.remote_residency import attach_actors, attach_remote_residency
 from heron.cluster.trainer_group import TrainerGroup, build_trainer_rank
 from heron.config.cluster import ClusterConfig
+from heron.config.tracking import ProfileConfig
 from heron.config.train import TrainConfig
 from heron.critic.build import CriticSpec
 from heron.residency.coordinator import Coordinator
 from heron.residency.wiring import ResidencySettings
 from heron.rollout.registry import EngineSpec, build_engine
+from heron.tracking.profiler import ProfileFiles
 from heron.trainer.build import TrainerSpec
 from heron.weights.transport import build_transport
 
@@ -144,6 +146,15 @@ class RayExecutor:
              for i, m in enumerate(members)],
             "join weight group",
         )
+
+    def start_profiles(self, cfg: ProfileConfig) -> None:
+        """Every actor starts its own torch.profiler (``ComponentHost.start_profile``)."""
+        wait_all([(a, a.submit_host("start_profile", cfg)) for a in self.actors], "start_profile", self.cluster.call_timeout_s)
+
+    def stop_profiles(self) -> dict[str, ProfileFiles]:
+        """Each actor's profile, by actor name, sent back through Ray."""
+        files = wait_all([(a, a.submit_host("stop_profile")) for a in self.actors], "stop_profile", self.cluster.call_timeout_s)
+        return {a.name: f for a, f in zip(self.actors, files) if f is not None}
 
     def _close_engines(self) -> None:
         """Lets each engine stop what it owns outside its actor (a vLLM server) before the actor

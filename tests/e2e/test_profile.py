@@ -5,6 +5,10 @@ changes no metric."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
+import torch
 
 from heron.loop import train
 from heron.tracking.profiler import rollout_folder
@@ -36,3 +40,23 @@ def test_a_profiled_rollout_writes_its_trace_and_operator_table(run_config, tmp_
     assert table.startswith("operators by self_cpu_time_total") and "aten::" in table
     assert not (tmp_path / "plain" / "profile").exists()
     assert [comparable(r) for r in records] == [comparable(r) for r in train(plain)]
+
+
+FAILS_IN_ROLLOUT_1 = '''
+def postprocess(config, rollout_id, rollout_data):
+    if rollout_id == 1:
+        raise RuntimeError("the postprocess hook broke in rollout 1")
+'''
+
+
+def test_a_rollout_that_fails_under_the_profiler_writes_no_profile_and_raises_its_own_error(run_config, tmp_path):
+    hooks = tmp_path / "hooks.py"
+    hooks.write_text(FAILS_IN_ROLLOUT_1)
+    cfg = run_config("rollout.num_rollouts=3", "tracking.profile.rollouts=[0, 1]",
+                     f"hooks.rollout_data_postprocess={hooks}:postprocess")
+
+    with pytest.raises(RuntimeError, match="the postprocess hook broke in rollout 1"):
+        train(cfg)
+
+    assert [p.name for p in (Path(cfg.run.dir) / "profile").iterdir()] == ["rollout_00000"]
+    assert not torch._C._autograd._profiler_enabled()  # the failed window's profiler was stopped

@@ -102,3 +102,29 @@ def test_unplaceable_request_on_a_running_ray_fails_right_after_connecting(ray_s
     elapsed = time.monotonic() - start
     assert elapsed < cfg.cluster.startup_timeout_s / 10, f"took {elapsed:.1f}s: the deadline was waited"
     assert ray.is_initialized()  # a Ray heron did not start is left running
+
+
+def test_a_profiled_rollout_on_ray_brings_back_every_actors_trace(no_ray, toy_model_dir, toy_data_path, tmp_path):
+    """tracking.profile on Ray: each actor profiles itself over the rollout's window and sends its
+    files back; the trainer ranks' traces hold the train step's matmuls, the engine's the decode's."""
+    import json
+
+    from heron.tracking.profiler import rollout_folder
+
+    try:
+        train(_config(toy_model_dir, toy_data_path, tmp_path, 2, "tracking.profile.rollouts=[1]", "eval.interval=0"))
+    finally:
+        ray.shutdown()
+    folder = rollout_folder(tmp_path, 1)
+    processes = ["", "engine-0.", "trainer-rank-0.", "trainer-rank-1."]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(f"{p}{f}" for p in processes for f in ("trace.json", "ops.txt"))
+
+    def names(prefix: str) -> set[str]:
+        events = json.loads((folder / f"{prefix}trace.json").read_text())["traceEvents"]
+        return {e["name"] for e in events if e.get("ph") == "X"}
+
+    assert {"heron.generate", "heron.train", "heron.push_weights"} <= names("")
+    for rank in ("trainer-rank-0.", "trainer-rank-1."):
+        assert {"aten::mm", "autograd::engine::evaluate_function: MmBackward0"} <= names(rank)  # forward, backward
+    assert any(n.startswith(("aten::", "mkldnn::")) for n in names("engine-0."))
+    assert "aten::" in (folder / "trainer-rank-0.ops.txt").read_text()
