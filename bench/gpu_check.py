@@ -2,7 +2,10 @@
 colocated RL run of a locally created random-weight Qwen3 (~0.5 B parameters on CUDA; a tiny one
 with ``--tiny``), with and without offload, printing per rollout the generate / train / sleep / wake
 times, peak device memory of both runs, sleep+wake time against a plain device<->host copy of the
-same bytes, and generated tokens/s. No downloads: the tokenizer is trained locally (heron.toy).
+same bytes, and generated tokens/s. The offloaded run profiles its second rollout
+(``tracking.profile``): the report gives each stage's time in that trace, how many host operators
+and device kernels it recorded, and the top operators by device time. No downloads: the tokenizer is
+trained locally (heron.toy).
 
     python bench/gpu_check.py --out bench/out/gpu_check.txt            # CUDA, ~0.5 B
     python bench/gpu_check.py --device cpu --tiny --out /tmp/x.txt     # the same code on CPU (a test runs this)
@@ -21,6 +24,7 @@ import torch
 from heron import device as seam
 from heron.config.root import load_config
 from heron.loop import train
+from heron.tracking.profiler import rollout_folder
 from heron.residency.state import Residency
 from heron.toy.addition import make_prompts, write_splits
 from heron.toy.model import ToyModelSpec, create_toy_model
@@ -62,8 +66,12 @@ class TransitionTimes:
         Residency.sleep, Residency.wake = self._sleep, self._wake
 
 
+PROFILED = 1  # the rollout the offloaded run profiles (the first one is warm-up)
+
+
 def run(assets, run_dir: Path, device: str, offload: bool, num_rollouts: int, tiny: bool):
-    cfg = load_config(None, [
+    profile = [f"tracking.profile.rollouts=[{PROFILED}]"] if offload and num_rollouts > PROFILED else []
+    cfg = load_config(None, [*profile,
         f"model.path={assets['model']}", f"data.path={assets['train']}", "eval.interval=0", f"run.dir={run_dir}",
         f"run.device={device}", f"colocate={str(offload).lower()}", f"rollout.num_rollouts={num_rollouts}",
         f"rollout.batch_size={2 if tiny else 16}", f"rollout.samples_per_prompt={2 if tiny else 8}",
@@ -113,6 +121,21 @@ def report(records, times, peak_offload, peak_plain, device, num_samples: int) -
     return lines
 
 
+def profile_lines(run_dir: Path) -> list[str]:
+    """What the profile of rollout ``PROFILED`` recorded: each stage's time, the host operators and
+    device kernels in its trace, and the head of its table by device time (by host time on CPU)."""
+    folder = rollout_folder(run_dir, PROFILED)
+    if not (folder / "trace.json").is_file():
+        return [f"profile: none written under {folder}"]
+    events = [e for e in json.loads((folder / "trace.json").read_text())["traceEvents"] if e.get("ph") == "X"]
+    stages = {e["name"].removeprefix("heron."): e["dur"] / 1e6 for e in events if e["name"].startswith("heron.")}
+    kernels = sum(e.get("cat") == "kernel" for e in events)
+    host_ops = sum(e.get("cat") == "cpu_op" for e in events)
+    last_table = "operators by " + (folder / "ops.txt").read_text().split("operators by ")[-1]
+    return [f"profile of rollout {PROFILED}: " + ", ".join(f"{k} {v:.3f} s" for k, v in stages.items())
+            + f"; {host_ops} host operators, {kernels} device kernels ({folder})", *last_table.splitlines()[:14]]
+
+
 def _mib(num_bytes) -> str:
     return "n/a (cpu)" if num_bytes is None else f"{num_bytes / 2**20:.1f} MiB"
 
@@ -131,6 +154,7 @@ def main(argv=None) -> int:
     _, _, peak_plain = run(assets, work / "plain", args.device, False, args.rollouts, args.tiny)
     lines = [f"gpu_check.py on {seam.resolve(args.device)} (torch {torch.__version__}), model {assets['model'].name}"]
     lines += report(offloaded, times, peak_offload, peak_plain, args.device, num_samples=4 if args.tiny else 128)
+    lines += profile_lines(work / "offload")
     lines.append("records: " + json.dumps({k: v for k, v in offloaded[-1].items() if k.startswith("memory/")}))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
