@@ -45,7 +45,7 @@ class RLRun:
                 self.push_weights()  # the engine serves the restored policy, through the one push path
             _write_config(cfg, self.run_dir / "config.yaml")
             self.tracker = Tracker(cfg.tracking, self.run_dir, self.start_rollout, cfg.rollout.num_rollouts, to_dict(cfg))
-            self.profiler = RolloutProfiler(cfg.tracking.profile, self.run_dir, self.c.executor)
+            self.profiler = RolloutProfiler(cfg.tracking.profile, self.run_dir, self.c.executor, self.tracker.print)
             self._release = undo.pop_all()
 
     def __enter__(self) -> "RLRun":

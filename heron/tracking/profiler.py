@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -80,10 +80,11 @@ class RolloutProfiler:
     """Profiles the rollouts ``cfg.rollouts`` names, each in its own window (``rollout``): this
     process, and the executor's actors where it has any."""
 
-    def __init__(self, cfg: ProfileConfig, run_dir: Path, executor: "Executor"):
+    def __init__(self, cfg: ProfileConfig, run_dir: Path, executor: "Executor", notify: Callable[[str], None] = print):
         self.cfg = cfg
         self.run_dir = run_dir
         self.executor = executor
+        self.notify = notify  # where the line naming each profile's folder goes (the run's console)
 
     def rollout(self, rollout_id: int):
         """The context of one rollout's stages: a profiler window when ``rollout_id`` is named."""
@@ -106,7 +107,7 @@ class RolloutProfiler:
             prefix = f"{name}." if name else ""
             write_atomically(folder / f"{prefix}trace.json", trace.encode())
             write_atomically(folder / f"{prefix}ops.txt", table.encode())
-        log.info("profile of rollout %d: %s (*trace.json: Perfetto or chrome://tracing; *ops.txt)", rollout_id, folder)
+        self.notify(f"profile of rollout {rollout_id}: {folder} (trace.json: open in Perfetto or chrome://tracing; ops.txt)")
 
 
     def _stop_actors_quietly(self) -> None:

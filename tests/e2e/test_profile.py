@@ -21,7 +21,7 @@ def _span(event: dict) -> tuple[float, float]:
     return event["ts"], event["ts"] + event["dur"]
 
 
-def test_a_profiled_rollout_writes_its_trace_and_operator_table(run_config, tmp_path):
+def test_a_profiled_rollout_writes_its_trace_and_operator_table(run_config, tmp_path, capsys):
     profiled = run_config("rollout.num_rollouts=3", "tracking.profile.rollouts=[1]", f"run.dir={tmp_path / 'profiled'}")
     plain = run_config("rollout.num_rollouts=3", f"run.dir={tmp_path / 'plain'}")
 
@@ -29,6 +29,7 @@ def test_a_profiled_rollout_writes_its_trace_and_operator_table(run_config, tmp_
 
     assert [p.name for p in (tmp_path / "profiled" / "profile").iterdir()] == ["rollout_00001"]
     folder = rollout_folder(tmp_path / "profiled", 1)
+    assert f"profile of rollout 1: {folder} (trace.json" in capsys.readouterr().out  # the console names it
     events = [e for e in json.loads((folder / "trace.json").read_text())["traceEvents"] if e.get("ph") == "X"]
     stages = {e["name"]: _span(e) for e in events if e["name"].startswith("heron.")}
     assert set(STAGES) <= set(stages), sorted(stages)
