@@ -53,7 +53,8 @@ class ProfileConfig:
     """torch.profiler over whole rollouts (heron.tracking.profiler): each rollout named in
     ``rollouts`` writes run.dir/profile/rollout_<id>/trace.json (a Chrome trace: Perfetto or
     chrome://tracing) and ops.txt (the operators by self time). Each stage of the rollout is a
-    ``heron.<stage>`` range in the trace (generate, reward, train, push_weights, eval)."""
+    ``heron.<stage>`` range in the trace (generate, reward, train, push_weights, eval, checkpoint).
+    With cluster.backend=ray each actor writes its own <actor>.trace.json and <actor>.ops.txt there."""
 
     rollouts: list[int] = doc("Rollout ids to profile (e.g. [2, 50]); empty = no profiling.", factory=list)
     record_shapes: bool = doc("Record each operator's input shapes (ops.txt then groups by shape).", False)
