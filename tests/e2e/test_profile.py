@@ -61,3 +61,17 @@ def test_a_rollout_that_fails_under_the_profiler_writes_no_profile_and_raises_it
 
     assert [p.name for p in (Path(cfg.run.dir) / "profile").iterdir()] == ["rollout_00000"]
     assert not torch._C._autograd._profiler_enabled()  # the failed window's profiler was stopped
+
+
+def test_record_shapes_and_memory_reach_the_trace_and_the_table():
+    from heron.config.tracking import ProfileConfig
+    from heron.tracking.profiler import Capture
+
+    capture = Capture(ProfileConfig(rollouts=[0], record_shapes=True, profile_memory=True))
+    torch.ones(64, 32) @ torch.ones(32, 16)
+    trace, table = capture.finish()
+
+    mm = [e for e in json.loads(trace)["traceEvents"] if e.get("name") == "aten::mm"]
+    assert mm and mm[0]["args"]["Input Dims"] == [[64, 32], [32, 16]]
+    assert "Input Shapes" in table and "[[64, 32], [32, 16]]" in table
+    assert any(e.get("name") == "[memory]" for e in json.loads(trace)["traceEvents"])  # allocations recorded
