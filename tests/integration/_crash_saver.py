@@ -21,6 +21,11 @@ def main(folder: str, mode: str) -> None:
     print("ready", flush=True)
     rollout_id = 0
     while True:
+        # An async save copies the live tensors in its thread after save() returns; training changes
+        # them only through optimizer.step, which waits for that copy (ModuleShards' step pre-hook).
+        # These direct fills bypass the hook, so they wait for the copy themselves: without this a
+        # fill under load could land in the previous save's copy (seen: checkpoint 7 holding 8s).
+        shards.wait_staged()
         with torch.no_grad():
             for p in model.parameters():
                 p.fill_(float(rollout_id))
