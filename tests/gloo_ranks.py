@@ -18,6 +18,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from heron.device import prepare_process_groups
+
 
 def on_gloo_ranks(fn: Callable[..., dict], world_size: int, tmp: Path, *args, timeout_s: float = 120.0,
                   deadline_s: float = 600.0) -> list[dict]:
@@ -36,6 +38,7 @@ def on_gloo_ranks(fn: Callable[..., dict], world_size: int, tmp: Path, *args, ti
 
 
 def _rank_main(rank: int, fn, world_size: int, tmp: str, args: tuple, timeout_s: float) -> None:
+    prepare_process_groups()  # as heron's ranks do (heron.device): gloo connects pairs on first use
     dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=timeout_s))
     try:

@@ -20,9 +20,11 @@ class ComponentHost:
         import torch
 
         from heron.cluster.rendezvous import pin_gloo_to_loopback
+        from heron.device import prepare_process_groups
 
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         pin_gloo_to_loopback()  # before any gloo group: a local Ray's groups stay on 127.0.0.1
+        prepare_process_groups()  # and gloo connects its pairs on first use (heron.device)
         torch.set_num_threads(max(1, num_threads))
         self.name = name
         self.component: Any = None

@@ -18,7 +18,7 @@ from typing import Literal
 import torch
 import torch.distributed as dist
 
-from heron.device import collective_backend
+from heron.device import collective_backend, prepare_process_groups
 
 ParallelKind = Literal["fsdp2", "ddp"]
 
@@ -31,6 +31,7 @@ def init_process_group(rank: int, world_size: int, store, *, device: str = "cpu"
     made later for one purpose (``group_timeout``)."""
     global _group_timeout
     _group_timeout = timedelta(seconds=timeout_s)
+    prepare_process_groups()  # gloo connects pairs on first use (heron.device)
     dist.init_process_group(
         backend=collective_backend(device),
         store=store,

@@ -6,6 +6,7 @@ before). The CUDA side of the same calls is the GPU tier (tests/gpu)."""
 from __future__ import annotations
 
 import io
+import os
 
 import pytest
 import torch
@@ -46,6 +47,15 @@ def test_the_seam_chooses_collectives_bundles_and_pinning():
     assert PlacementPlan.build(2, 1, True, 1.0, "cuda").bundles() == [{"CPU": 1.0, "GPU": 1.0}] * 2
     assert not seam.pins_host_memory("cpu") and seam.pins_host_memory(torch.device("cuda", 0))
     assert [seam.memory_backend_kind("cpu", offload) for offload in (False, True)] == ["keep", "host"]
+
+
+def test_gloo_groups_connect_their_pairs_on_first_use_unless_the_user_chose(monkeypatch):
+    monkeypatch.delenv(seam.GLOO_LAZY_INIT, raising=False)
+    seam.prepare_process_groups()
+    assert seam.GLOO_LAZY_INIT == "TORCH_GLOO_LAZY_INIT" and os.environ[seam.GLOO_LAZY_INIT] == "1"
+    monkeypatch.setenv(seam.GLOO_LAZY_INIT, "0")
+    seam.prepare_process_groups()
+    assert os.environ[seam.GLOO_LAZY_INIT] == "0"
 
 
 def test_placing_on_the_host_keeps_the_same_tensors():
