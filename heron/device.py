@@ -228,7 +228,6 @@ def new_process_group(store, rank: int, size: int, timeout, device: torch.device
     CUDA (the CUDA device set as current first), gloo on CPU. ``timeout`` is a ``timedelta``."""
     import torch.distributed as dist
 
-    prepare_process_groups()
     if torch.device(device).type != "cuda":
         return dist.ProcessGroupGloo(store, rank, size, timeout)
     torch.cuda.set_device(device)

@@ -9,9 +9,12 @@ is remote.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import ray
+
+if TYPE_CHECKING:
+    from heron.tracking.profiler import ProfileFiles
 
 
 @ray.remote(concurrency_groups={"io": 1})  # methods run one at a time, except the io group's (own thread)
@@ -107,7 +110,7 @@ class ComponentHost:
 
         self.capture = Capture(cfg)
 
-    def stop_profile(self) -> tuple[str, str] | None:
+    def stop_profile(self) -> ProfileFiles | None:
         """Stops the profiler ``start_profile`` started -> (trace JSON text, operator tables), or
         None when none runs (start failed, or the window was already closed)."""
         capture, self.capture = self.capture, None
