@@ -105,12 +105,13 @@ def matmul_floor(run: RLRun, rollout_id: int) -> dict[str, float]:
     with counter:
         run.train(batch)
     start = time.perf_counter()
-    run.train(batch)
+    metrics = run.train(batch)
     wall = time.perf_counter() - start
     with torch.profiler.profile() as profile:
         run.train(batch)
     kernel_us = sum(e.self_cpu_time_total for e in profile.key_averages() if e.key in MATMUL_KERNELS)
-    return {"flops": counter.get_total_flops(), "kernel_s": kernel_us / 1e6, "wall_s": wall}
+    return {"flops": counter.get_total_flops(), "kernel_s": kernel_us / 1e6, "wall_s": wall,
+            "model_flops": metrics.get("model_flops", float("nan"))}
 
 
 def print_floor(floor: dict[str, float], dtype: torch.dtype) -> None:
@@ -122,6 +123,10 @@ def print_floor(floor: dict[str, float], dtype: torch.dtype) -> None:
           f"{floor['kernel_s']:.3f} s under the profiler ({step_rate / 1e9:.0f} GFLOP/s)")
     print(f"  {str(dtype).removeprefix('torch.')} 2048^3 product: {product_rate / 1e9:.0f} GFLOP/s; matmul floor "
           f"{floor_s:.3f} s, the same batch's train step {floor['wall_s']:.3f} s is {floor['wall_s'] / floor_s:.2f}x it")
+    model_flops, peak = floor["model_flops"], product_rate / 1e12
+    print(f"  model FLOPs (train/model_flops): {model_flops / 1e9:.1f} GFLOP, {model_flops / floor['flops']:.2f}x the "
+          f"counted (causal pairs of real tokens, not padding or the full score matrix); with tracking.peak_tflops="
+          f"{peak:.3f} this step's perf/mfu is {model_flops / floor['wall_s'] / product_rate:.2f}")
 
 
 def main() -> None:

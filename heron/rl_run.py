@@ -161,6 +161,8 @@ class RLRun:
             **self.c.residency.metrics(),
             "time/rollout_s": rollout_s,
             **_throughput(len(batch.samples), sum(lengths), rollout_s - self.timings.get("time/eval_s", 0.0)),
+            **_train_rate(train_metrics.get("model_flops"), self.timings.get("time/train_s"), self.cfg.train.world_size,
+                          self.cfg.tracking.peak_tflops),
         }
         self.tracker.log_rollout(record)
         return record
@@ -171,6 +173,19 @@ def _throughput(num_samples: int, num_response_tokens: int, seconds: float) -> d
     weight push: ``time/rollout_s`` less ``time/eval_s``), the figures to compare between configs."""
     seconds = max(seconds, 1e-9)
     return {"perf/samples_per_s": num_samples / seconds, "perf/response_tokens_per_s": num_response_tokens / seconds}
+
+
+def _train_rate(model_flops: float | None, seconds: float | None, ranks: int, peak_tflops: float) -> dict[str, float]:
+    """``perf/train_tflops``: the model FLOPs the train stage ran (``train/model_flops``, all ranks'
+    together) per second of the stage; ``perf/mfu``: per device (``ranks`` of them), as a fraction
+    of ``tracking.peak_tflops`` (when set). Nothing when the trainer does not size its model."""
+    if model_flops is None or seconds is None:
+        return {}
+    tflops = model_flops / max(seconds, 1e-9) / 1e12
+    rate = {"perf/train_tflops": tflops}
+    if peak_tflops > 0:
+        rate["perf/mfu"] = tflops / ranks / peak_tflops
+    return rate
 
 
 def _with_signals_held(close) -> None:

@@ -85,3 +85,11 @@ class TrackingConfig:
     wandb: WandbConfig = doc("Weights & Biases.", factory=WandbConfig)
     mlflow: MlflowConfig = doc("MLflow.", factory=MlflowConfig)
     profile: ProfileConfig = doc("torch.profiler traces of chosen rollouts.", factory=ProfileConfig)
+    peak_tflops: float = doc(
+        "Peak dense TFLOP/s of one trainer device in the training precision (e.g. 989 for an H100 SXM in bf16; "
+        "on a CPU, bench/throughput.py's product rate); > 0 adds perf/mfu = the training's model FLOPs per second "
+        "per device / this peak (heron.trainer.model_flops). 0: no perf/mfu.", 0.0
+    )
+
+    def __post_init__(self):
+        check(self.peak_tflops >= 0, f"tracking.peak_tflops must be >= 0 (0: no perf/mfu), got {self.peak_tflops}")

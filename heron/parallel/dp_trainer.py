@@ -42,6 +42,11 @@ class DataParallelTrainer(PolicyTrainer):
         collective under FSDP2, so every rank runs as many (heron.trainer.packing)."""
         return max_over_ranks(count)
 
+    def _sum_over_ranks(self, value: float) -> float:
+        """Totals (``model_flops``) are all-reduced with SUM: every rank then holds the global
+        value, which the metrics' rank mean leaves unchanged."""
+        return all_reduce_sum(value)
+
     def _nonfinite_anywhere(self, here: bool) -> bool:
         """Every rank stops or skips the same step: the grad norm is global already, but a loss
         may be non-finite on one rank alone."""

@@ -32,7 +32,8 @@ from typing import Callable
 import torch
 
 from heron.trainer.batch import TrainBatch
-from heron.trainer.shared_prompts import ForwardCost, prompt_ids, shared_shape
+from heron.trainer.model_flops import ForwardCost
+from heron.trainer.shared_prompts import prompt_ids, shared_shape
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,14 @@ from heron.trainer.batch import TrainBatch
 from heron.trainer.logprob_mismatch import combine_stats, mismatch_metrics, mismatch_stats
 from heron.trainer.logprobs import forward_logprobs
 from heron.trainer.lr_schedule import build_scheduler
+from heron.trainer.model_flops import ForwardCost, forward_cost
 from heron.trainer.nonfinite import nonfinite_error, nonfinite_values
 from heron.trainer.objectives import Objective
 from heron.trainer.optimizer import build_adamw, trained_tensors
 from heron.trainer.old_logprobs import plan_old_logprobs
 from heron.trainer.packing import MicroBatch, micro_batches, stitch, trained_rows
 from heron.trainer.precision import forward_context
-from heron.trainer.shared_prompts import ForwardCost, SharedLayout, forward_cost, plan, unsupported_reason
+from heron.trainer.shared_prompts import SharedLayout, plan, unsupported_reason
 from heron.trainer.zero_advantage import rows_with_gradient
 from heron.weights.handle import InMemory, WeightHandle
 
@@ -74,6 +75,8 @@ class PolicyTrainer(Resident):
         self.old_logprob_plan = plan_old_logprobs(cfg, objective)  # where pi_old comes from (heron.trainer.old_logprobs)
         log.info("old logprobs: %s (%s)", self.old_logprob_plan.source, self.old_logprob_plan.reason)
         self._forward_context = forward_context(cfg.precision, model, cfg.attention_backend)  # heron.trainer.precision
+        self.flops = _forward_cost(model)  # model FLOPs per token and attention pair (None: not sized)
+        self._model_flops: torch.Tensor | float = 0.0  # of the forwards and backwards since train() began
         self._share_cost = self._prompt_sharing(model)  # None: one padded row per sample (heron.trainer.shared_prompts)
         self._shards: ModuleShards | None = None  # checkpoint writer of this process, made at the first save
         self._publish_weights()
@@ -104,8 +107,12 @@ class PolicyTrainer(Resident):
         """``steps_per_rollout`` optimizer steps on ``batch``; returns metrics averaged over the
         applied steps, plus ``nonfinite_skipped`` (steps skipped, see heron.trainer.nonfinite),
         ``old_logprobs_recomputed`` (1: a separate forward computed pi_old, see
-        heron.trainer.old_logprobs) and the engine-mismatch metrics (when pi_old is the trainer's)."""
+        heron.trainer.old_logprobs), the engine-mismatch metrics (when pi_old is the trainer's) and
+        ``model_flops``: the model FLOPs of every forward and backward this call ran, over the rows
+        each ran on (heron.trainer.model_flops; rows skipped for a zero advantage not included;
+        data-parallel: all ranks' together)."""
         batch = batch.to(self.device)
+        self._model_flops = 0.0
         self._forward_mismatch: list[torch.Tensor] = []  # filled when the training forward gives pi_old
         mismatch = self._recompute_old_logprobs(batch) if self.old_logprob_plan.runs_forward else {}
         ref_logprobs = self._logprobs(batch, reference=True) if self.objective.needs_reference else None
@@ -120,7 +127,8 @@ class PolicyTrainer(Resident):
         if self._forward_mismatch:
             mismatch = self._mismatch_metrics(combine_stats(self._forward_mismatch))
         recomputed = float(self.old_logprob_plan.runs_forward)
-        return {**mean_over_applied(steps), **mismatch, "old_logprobs_recomputed": recomputed}
+        flops = {} if self.flops is None else {"model_flops": self._sum_over_ranks(float(self._model_flops))}
+        return {**mean_over_applied(steps), **mismatch, "old_logprobs_recomputed": recomputed, **flops}
 
     def _recompute_old_logprobs(self, batch: TrainBatch) -> dict[str, float]:
         """Replaces the engine's logprobs by the trainer's and sets the mismatch correction; the
@@ -203,7 +211,12 @@ class PolicyTrainer(Resident):
 
     def _model_logprobs(self, model: torch.nn.Module, micro: TrainBatch, with_entropy: bool = False):
         """(logprobs, entropy or None) [b, l-1] of ``micro`` under ``model``, float32
-        (heron.trainer.logprobs; ``train.precision``: heron.trainer.precision)."""
+        (heron.trainer.logprobs; ``train.precision``: heron.trainer.precision). Counts the forward's
+        model FLOPs, and its backward's when autograd records it (one follows)."""
+        if self.flops is not None:
+            lengths = micro.attention_mask.sum(dim=-1)  # [b] tokens of each row
+            grad = torch.is_grad_enabled()
+            self._model_flops = self._model_flops + (self.flops.training if grad else self.flops.forward)(lengths)
         return forward_logprobs(
             model, micro.input_ids, micro.attention_mask, self.temperature, with_entropy,
             chunk_size=self.cfg.logprob_chunk_size, forward_context=self._forward_context,
@@ -220,7 +233,7 @@ class PolicyTrainer(Resident):
         if reason is not None:
             log.info("train.share_prompts: one padded row per sample (%s)", reason)
             return None
-        return forward_cost(model)
+        return self.flops
 
     def _shared_layout(self, micro: TrainBatch) -> SharedLayout | None:
         """``micro`` packed so that the samples of a prompt share it (``train.share_prompts``),
@@ -262,6 +275,10 @@ class PolicyTrainer(Resident):
     def _micro_batch_count(self, count: int) -> int:
         """How many packed micro-batches every rank runs (data-parallel trainers: the largest count)."""
         return count
+
+    def _sum_over_ranks(self, value: float) -> float:
+        """``value`` summed over the data-parallel ranks (one process: itself)."""
+        return value
 
     def _nonfinite_anywhere(self, here: bool) -> bool:
         """Whether any rank found a non-finite value (data-parallel trainers all-reduce it)."""
@@ -371,6 +388,16 @@ class PolicyTrainer(Resident):
         if tokenizer is not None:
             tokenizer.save_pretrained(out_dir)
         return out_dir
+
+
+def _forward_cost(model: torch.nn.Module) -> ForwardCost | None:
+    """``model``'s FLOP estimates, or None for a model whose config does not give its size (no
+    ``train/model_flops`` then; the shared-prompt layout knows none of those models)."""
+    try:
+        return forward_cost(model)
+    except (AttributeError, TypeError) as err:
+        log.info("train/model_flops: not reported (%s)", err)
+        return None
 
 
 def mean_over_applied(steps: list[tuple[dict[str, float], bool]]) -> dict[str, float]:

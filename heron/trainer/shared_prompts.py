@@ -32,8 +32,8 @@ prompt, and when the estimated cost is at least ``MIN_SAVING`` lower than the pa
     cost = tokens x c_token + query-key pairs x c_pair,
     padded: tokens = B L, pairs = B L^2;  shared: tokens = G S, pairs = G p^2 + N a (p + a)
 
-with c_token = 2 (parameters per token: the layers' and the head's), c_pair = 4 x layers x heads
-x head_dim (the scores and the weighted sum), and p, a the longest shared part and segment
+with c_token and c_pair the model's FLOPs per token and per query-key pair
+(heron.trainer.model_flops), and p, a the longest shared part and segment
 (heron.trainer.grouped_attention). The margin: where the estimate was 0.95-0.975 of the padded
 cost (bench/vs_trl.py's 5-token prompts, 3.2 M and 25 M models) the step measured 0.96-1.00x
 with the dense mask this layout had first, and 1.00-1.01x with the attention by parts (shared at
@@ -49,35 +49,16 @@ from dataclasses import dataclass
 import torch
 
 from heron.trainer.grouped_attention import PromptGroups
+from heron.trainer.model_flops import ForwardCost, model_config
 
 MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 MIN_SAVING = 0.1  # share only where the estimate saves at least this fraction (module docstring)
 SHARED, PADDING = -1, -2  # segment ids of the shared prompt part and of padding; answers are 0, 1, ...
 
 
-@dataclass(frozen=True)
-class ForwardCost:
-    """Estimated FLOPs of a forward: per token (linear layers) and per query-key pair (attention)."""
-
-    per_token: float
-    per_pair: float
-
-    def of(self, tokens: int, pairs: int) -> float:
-        return tokens * self.per_token + pairs * self.per_pair
-
-
-def _config(model: torch.nn.Module):
-    """The HF config of ``model``, through a DDP/FSDP or PEFT wrapper (PEFT forwards attributes)."""
-    for candidate in (model, getattr(model, "module", None)):
-        config = getattr(candidate, "config", None)
-        if config is not None:
-            return config
-    return None
-
-
 def unsupported_reason(model: torch.nn.Module) -> str | None:
     """None when the shared-prompt layout computes ``model``'s forward, else why not (one phrase)."""
-    config = _config(model)
+    config = model_config(model)
     model_type = getattr(config, "model_type", None)
     if model_type not in MODEL_TYPES:
         return f"model type {model_type!r} (shared prompts know {', '.join(MODEL_TYPES)})"
@@ -105,18 +86,7 @@ def _keywords_reason(model: torch.nn.Module) -> str | None:
 
 def num_decoder_layers(model: torch.nn.Module) -> int:
     """Decoder layers of ``model`` (through a wrapper): the attention calls one forward makes."""
-    return _config(model).num_hidden_layers
-
-
-def forward_cost(model: torch.nn.Module) -> ForwardCost:
-    """``model``'s per-token and per-pair FLOP estimates (module docstring)."""
-    config = _config(model)
-    embeddings = {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
-    layer_params = sum(p.numel() for p in model.parameters() if id(p) not in embeddings)
-    head = config.vocab_size * config.hidden_size  # the output head, tied or not
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    per_pair = 4 * config.num_hidden_layers * config.num_attention_heads * head_dim
-    return ForwardCost(per_token=2.0 * (layer_params + head), per_pair=float(per_pair))
+    return model_config(model).num_hidden_layers
 
 
 @dataclass(frozen=True)

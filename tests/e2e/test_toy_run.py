@@ -39,7 +39,7 @@ def warm_started(tmp_path_factory):
 # engines do (engine.embedded.dtype)
 VARIANTS = {
     "fp32": [],
-    "bf16": ["train.precision=bf16", "run.allow_emulated_bf16=true"],
+    "bf16": ["train.precision=bf16", "run.allow_emulated_bf16=true", "tracking.peak_tflops=0.5"],
     "bf16-engine": ["train.precision=bf16", "engine.embedded.dtype=bfloat16", "run.allow_emulated_bf16=true"],
 }
 
@@ -69,6 +69,13 @@ def test_sft_then_rl_raises_the_reward(warm_started, tmp_path, variant):
         assert 0 < seconds <= m["time/rollout_s"]
         assert m["perf/samples_per_s"] == pytest.approx(64 / seconds)
         assert m["perf/response_tokens_per_s"] == pytest.approx(64 * m["response/length_mean"] / seconds)
+        # model FLOPs of the rows trained (heron.trainer.model_flops) per second of the train stage
+        assert m["train/model_flops"] > 0
+        assert m["perf/train_tflops"] == pytest.approx(m["train/model_flops"] / m["time/train_s"] / 1e12)
+        if variant == "bf16":  # tracking.peak_tflops=0.5
+            assert m["perf/mfu"] == pytest.approx(m["perf/train_tflops"] / 0.5)
+        else:
+            assert "perf/mfu" not in m
     # one step per rollout on-policy: pi_old came from the training forward (issue 14, item 2)
     assert {m["train/old_logprobs_recomputed"] for m in lines} == {0.0}
     assert (run_dir / "reward_curve.png").stat().st_size > 0

@@ -311,7 +311,8 @@ def test_shared_prompt_logprobs_match_padded_rows_on_cuda(precision):
 
     from heron.trainer.logprobs import forward_logprobs
     from heron.trainer.precision import forward_context
-    from heron.trainer.shared_prompts import forward_cost, plan
+    from heron.trainer.model_flops import forward_cost
+    from heron.trainer.shared_prompts import plan
     from tests.tolerance import assert_bf16_logprobs_close, assert_logprobs_close, reduction_length
 
     model = _model()

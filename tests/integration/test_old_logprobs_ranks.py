@@ -90,9 +90,23 @@ def test_the_skip_gives_the_recompute_update_on_every_rank(ranks):
     for rank, result in enumerate(results):
         skip, full = dict(result["auto"]["metrics"]), dict(result["always"]["metrics"])
         assert skip.pop("old_logprobs_recomputed") == 0.0 and full.pop("old_logprobs_recomputed") == 1.0
+        # the recompute is one more forward of every row, a third of a forward and backward
+        assert full.pop("model_flops") == pytest.approx(skip.pop("model_flops") * 4 / 3, rel=1e-6), rank
         assert skip == full, rank
         assert skip["pg_loss"] != 0.0
     skip, full = (torch.load(tmp / f"{name}.pt", weights_only=True) for name in ("auto", "always"))
     assert skip.keys() == full.keys() and skip
     for name in full:
         assert torch.equal(skip[name], full[name]), name
+
+
+def test_model_flops_are_both_ranks_total_on_every_rank(ranks, toy_model_dir):
+    """Each rank trained 4 rows of LENGTH tokens; train() reports all 8 rows' FLOPs on both ranks
+    (all-reduced with SUM, heron.trainer.model_flops), so the metrics' rank mean is the total."""
+    from heron.preflight.meta_model import meta_model
+    from heron.trainer.model_flops import forward_cost
+
+    results, _ = ranks
+    expected = float(forward_cost(meta_model(str(toy_model_dir))).training(torch.full((WORLD * ROWS,), LENGTH)))
+    for rank, result in enumerate(results):
+        assert result["auto"]["metrics"]["model_flops"] == pytest.approx(expected, rel=1e-6), rank

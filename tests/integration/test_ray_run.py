@@ -128,3 +128,27 @@ def test_a_profiled_rollout_on_ray_brings_back_every_actors_trace(no_ray, toy_mo
         assert {"aten::mm", "autograd::engine::evaluate_function: MmBackward0"} <= names(rank)  # forward, backward
     assert any(n.startswith(("aten::", "mkldnn::")) for n in names("engine-0."))
     assert "aten::" in (folder / "trainer-rank-0.ops.txt").read_text()
+
+
+def test_two_ranks_report_the_model_flops_of_every_row_they_trained(no_ray, toy_model_dir, toy_data_path, tmp_path):
+    """train/model_flops is both ranks' total: together the two FSDP2 ranks ran the forward and
+    backward of every sample (train.skip_zero_advantage=false: every row trains), and
+    perf/train_tflops is those FLOPs per second of the train stage. Float32 sums: rel 1e-6."""
+    import torch
+
+    from heron.loop import run_rollouts
+    from heron.preflight.meta_model import meta_model
+    from heron.trainer.model_flops import forward_cost
+
+    batches = []
+    cfg = _config(toy_model_dir, toy_data_path, tmp_path, 2, "eval.interval=0", "train.skip_zero_advantage=false")
+    try:
+        with RLRun(cfg) as run:
+            records = run_rollouts(run, lambda batch, record: batches.append(batch))
+    finally:
+        ray.shutdown()
+    cost = forward_cost(meta_model(str(toy_model_dir)))
+    for batch, record in zip(batches, records, strict=True):
+        lengths = torch.tensor([len(s.prompt_tokens) + len(s.response_tokens) for s in batch.samples])
+        assert record["train/model_flops"] == pytest.approx(float(cost.training(lengths)), rel=1e-6)
+        assert record["perf/train_tflops"] == pytest.approx(record["train/model_flops"] / record["time/train_s"] / 1e12)

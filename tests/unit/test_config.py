@@ -30,6 +30,7 @@ def test_defaults_and_overrides_build_typed_sections():
         (["rollout.top_p=1.5"], "rollout.top_p must be in (0, 1], got 1.5"),
         (["bogus=1"], "unknown config key 'bogus'"),
         (["tracking.profile.rollouts=[-1]"], "tracking.profile.rollouts names rollout ids from 0, got [-1]"),
+        (["tracking.peak_tflops=-1"], "tracking.peak_tflops must be >= 0 (0: no perf/mfu), got -1"),
         (["rollout.num_rollouts=10", "tracking.profile.rollouts=[3, 12, 10]"],
          "tracking.profile.rollouts=[10, 12] lies past the last rollout: rollout.num_rollouts=10 runs rollouts 0..9"),
     ],

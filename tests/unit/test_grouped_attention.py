@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from heron.trainer.grouped_attention import _dispatch, grouped_attention, placeholder_mask
-from heron.trainer.shared_prompts import ForwardCost, plan
+from heron.trainer.model_flops import ForwardCost
+from heron.trainer.shared_prompts import plan
 from tests.tolerance import gamma
 
 HEADS, KV_HEADS, DIM = 4, 2, 8

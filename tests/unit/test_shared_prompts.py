@@ -16,7 +16,8 @@ from transformers import AutoModelForCausalLM
 from heron.algo.catalog import LOSS_AGGREGATIONS
 from heron.trainer.logprobs import forward_logprobs
 from heron.trainer.precision import forward_context
-from heron.trainer.shared_prompts import ForwardCost, forward_cost, plan, unsupported_reason
+from heron.trainer.model_flops import ForwardCost, forward_cost
+from heron.trainer.shared_prompts import plan, unsupported_reason
 from tests.tolerance import assert_bf16_logprobs_close, assert_logprobs_close, reduction_length
 from tests.unit.test_lean_decoder import ARCHITECTURES, _model_dir
 from tests.unit.test_packing import _trainer, assert_same_update

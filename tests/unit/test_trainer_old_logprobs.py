@@ -127,10 +127,14 @@ def test_without_recompute_the_engine_logprobs_are_pi_old(toy_model_dir, batch):
 def test_the_skip_gives_the_recompute_update_bit_for_bit(toy_model_dir, batch, algo, stale):
     if stale:  # async: sampled by an older policy version than the trainer's
         batch = replace(batch, policy_version=-1)
-    m_skip, g_skip, p_skip, n_skip = _train(_trainer(toy_model_dir, algo), batch)
+    skipping = _trainer(toy_model_dir, algo)
+    m_skip, g_skip, p_skip, n_skip = _train(skipping, batch)
     m_full, g_full, p_full, n_full = _train(_trainer(toy_model_dir, algo, old_logprobs_forward="always"), batch)
     assert (n_skip, n_full) == (NUM_ROWS // MICRO, 2 * NUM_ROWS // MICRO)
     assert m_skip.pop("old_logprobs_recomputed") == 0.0 and m_full.pop("old_logprobs_recomputed") == 1.0
+    # the recompute is one more forward of every row (heron.trainer.model_flops; float32 sums: rel 1e-6)
+    recompute = float(skipping.flops.forward(batch.attention_mask.sum(dim=-1)))
+    assert m_full.pop("model_flops") == pytest.approx(m_skip.pop("model_flops") + recompute, rel=1e-6)
     assert m_skip == m_full
     assert m_skip["pg_loss"] != 0.0 and m_skip["grad_norm"] > 0
     assert g_skip.keys() == g_full.keys() and g_skip

@@ -1,0 +1,91 @@
+"""Model FLOPs (heron.trainer.model_flops): the formula by hand, its parts against torch's own FLOP
+counter on a real model, what the trainer reports as ``model_flops`` (the rows it ran, forwards
+and backwards), and the run's ``perf/train_tflops`` / ``perf/mfu`` from it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+from transformers import AutoModelForCausalLM, Qwen3Config
+
+from heron.rl_run import _train_rate
+from heron.trainer.model_flops import ForwardCost, forward_cost
+from heron.trainer.zero_advantage import rows_with_gradient
+from tests.unit.test_zero_advantage import _half_equal_groups, _trainer
+
+
+def test_forward_and_training_flops_by_hand():
+    cost = ForwardCost(per_token=10.0, per_pair=2.0)
+    # T=1: 10 + 2*1; T=3: 30 + 2*6 (a causal forward over 3 tokens attends 1 + 2 + 3 pairs)
+    assert float(cost.forward(torch.tensor([1, 3]))) == 54.0
+    assert float(cost.training(torch.tensor([1, 3]))) == 162.0
+    assert float(cost.forward(torch.tensor([], dtype=torch.long))) == 0.0
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_cost_parts_are_what_torch_counts_for_the_model(tied):
+    """torch's FlopCounterMode over a forward and backward of a Qwen3 model with eager attention
+    (plain matmuls, the full T x T scores: T^2 pairs a row, not the causal T (T + 1) / 2) counts
+    3 x (2 x the linears' weights per token + per_pair per pair), plus the RoPE table's product
+    (2 x B x D/2 x T, forward only, no gradient). per_token also holds the norms' weights (the
+    estimate counts every non-embedding parameter), 2 FLOPs each per token."""
+    config = Qwen3Config(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=tied)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    rows, length = 3, 7
+    input_ids = torch.randint(0, config.vocab_size, (rows, length))
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=input_ids).logits.sum().backward()
+    cost = forward_cost(model)
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    expected = 3 * (2 * linear * rows * length + cost.per_pair * rows * length * length)
+    assert counter.get_total_flops() == expected
+    norms = sum(m.weight.numel() for m in model.modules() if type(m).__name__.endswith("RMSNorm"))
+    assert cost.per_token == 2 * (linear + norms)
+    assert cost.per_pair == 4 * config.num_hidden_layers * config.num_attention_heads * config.head_dim
+
+
+def _trained(trainer, batch) -> tuple[float, torch.Tensor]:
+    flops = trainer.train(batch)["model_flops"]
+    return flops, batch.attention_mask.sum(dim=-1)  # [B] tokens of each row
+
+
+def test_the_trainer_counts_the_rows_it_trains(toy_model_dir):
+    """One on-policy step: a forward and backward of each row with an advantage (the others are
+    skipped, heron.trainer.zero_advantage); every row without the skip. The trainer sums per
+    micro-batch in float32, so up to float32 round-off of a few dozen additions (rel 1e-6)."""
+    batch = _half_equal_groups(toy_model_dir)
+    trainer = _trainer(toy_model_dir)
+    flops, lengths = _trained(trainer, batch)
+    rows = rows_with_gradient(batch.advantages, batch.loss_mask)
+    assert rows == [0, 1, 2, 3, 8, 9, 10, 11]
+    assert flops == pytest.approx(float(trainer.flops.training(lengths[rows])), rel=1e-6)
+    every_row, lengths = _trained(_trainer(toy_model_dir, skip_zero_advantage=False), batch)
+    assert every_row == pytest.approx(float(trainer.flops.training(lengths)), rel=1e-6)
+    assert every_row > flops
+
+
+def test_a_separate_old_logprob_forward_is_counted_forward_only(toy_model_dir):
+    """Two steps a rollout: pi_old comes from a no-grad forward over the rows with an advantage
+    (heron.trainer.old_logprobs), then each mini-batch trains its rows with one."""
+    batch = _half_equal_groups(toy_model_dir)
+    trainer = _trainer(toy_model_dir, steps_per_rollout=2)
+    flops, lengths = _trained(trainer, batch)
+    rows = [0, 1, 2, 3, 8, 9, 10, 11]  # mini-batches 0..7 and 8..15: each keeps its group with an advantage
+    expected = trainer.flops.forward(lengths[rows]) + trainer.flops.training(lengths[rows])
+    assert flops == pytest.approx(float(expected), rel=1e-6)
+    # the count restarts with each train() call
+    again = replace(batch, advantages=batch.advantages.clone())
+    assert trainer.train(again)["model_flops"] == pytest.approx(flops, rel=1e-6)
+
+
+def test_train_tflops_and_mfu_from_the_ranks_model_flops():
+    # 2 ranks ran 4e12 FLOPs in all in 0.5 s: 8 TFLOP/s, 4 a device: half an 8 TFLOP/s peak
+    assert _train_rate(4e12, 0.5, ranks=2, peak_tflops=8.0) == {"perf/train_tflops": 8.0, "perf/mfu": 0.5}
+    assert _train_rate(4e12, 0.5, ranks=1, peak_tflops=0.0) == {"perf/train_tflops": 8.0}
+    assert _train_rate(None, 0.5, ranks=1, peak_tflops=8.0) == {}
