@@ -111,7 +111,7 @@ def report(records, times, peak_offload, peak_plain, device, num_samples: int) -
             share = values[i * len(values) // len(records): (i + 1) * len(values) // len(records)]
             cols.append(f"{sum(share):.3f}")
         cols.append(f"{tokens / r['time/generate_s']:.1f}")
-        cols.append(f"{r.get('perf/train_tflops', float('nan')):.3f}")  # model FLOPs (heron.trainer.model_flops) per s
+        cols.append(f"{r.get('perf/train_tflops', float('nan')):.3g}")  # model FLOPs (heron.trainer.model_flops) per s
         lines.append(f"{r['rollout_id']:7d}  " + "  ".join(cols))
     released = max((r.get("memory/trainer_released_bytes", 0.0) for r in records), default=0.0)
     sleep_wake = [s + w for s, w in zip(times.get("trainer_sleep", []), times.get("trainer_wake", []))]
