@@ -348,7 +348,8 @@ def decode_attention_in_float32(query: torch.Tensor) -> bool:
     these shapes -- measured on a 2-core AMD EPYC (32 rows, 8 heads over 4 key/value heads, 10-40
     keys): 270-800 us a call without a mask (transformers' ``enable_gqa`` path), 270-350 us with
     one, against 100-240 us for the float32 kernel on the upcast copies; the 25 M bench model's
-    generation took 0.92x the time. The float32 kernel computes the same attention without
-    rounding the softmax weights to bf16 (tests/unit/test_lean_decoder.py bounds both). Not on
-    GPUs, whose bf16 kernels are the fast ones."""
+    generation took 0.92x the time. float32 computes the same attention without rounding the
+    softmax weights to bf16 (tests/unit/test_lean_decoder.py bounds both); the lean decode step
+    runs it as two matmuls around a softmax (``heron.rollout.lean_decoder.float32_decode_attention``).
+    Not on GPUs, whose bf16 kernels are the fast ones."""
     return query.device.type == "cpu" and query.dtype == torch.bfloat16

@@ -28,7 +28,7 @@ import heron.device
 from heron.device import packed_linear, packed_linear_weight, packs_linear
 from heron.records import GenerationRequest, SamplingParams
 from heron.rollout import EmbeddedEngine
-from heron.rollout.lean_decoder import unsupported_reason
+from heron.rollout.lean_decoder import float32_decode_attention, unsupported_reason
 from tests.tolerance import U_BF16, assert_logprobs_close, gamma, reduction_length
 
 VOCAB, PAD = 96, 0
@@ -143,24 +143,35 @@ def _unpadded_requests() -> list[GenerationRequest]:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("decoder", ["auto", "lean"])
-def test_auto_runs_cpu_bf16_decode_attention_in_float32(tmp_path_factory, dtype, decoder):
-    """decoder="auto" hands SDPA float32 copies of a bf16 step's q, k, v on the CPU (the faster
-    kernel there, heron.device.decode_attention_in_float32) and rounds the output back;
-    decoder="lean" calls it as transformers does. The kernels' values are bounded below
+def test_auto_runs_cpu_bf16_decode_attention_in_float32(tmp_path_factory, dtype, decoder, monkeypatch):
+    """decoder="auto" runs a bf16 step's attention in float32 on the CPU (the faster arithmetic
+    there, heron.device.decode_attention_in_float32) with ``float32_decode_attention`` and never
+    calls transformers' SDPA function for it; decoder="lean", and float32 models, call that function
+    as transformers does, in the model's dtype. The values are bounded below
     (``test_bf16_and_float32_decode_attention_are_attention_up_to_round_off``)."""
+    import heron.rollout.lean_decoder as lean_decoder
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
     engine, _ = _engines(_model_dir(tmp_path_factory, "qwen3"), dtype, decoder=decoder)
-    seen = []
+    seen, float32_calls = [], []
 
     def attention(module, q, k, v, mask, **kwargs):
         seen.append((q.dtype, k.dtype, v.dtype))
         return sdpa_attention_forward(module, q, k, v, mask, **kwargs)
 
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    def in_float32(q, keys, values, mask, scaling):
+        float32_calls.append((q.dtype, keys.dtype, mask is None))
+        return float32_attention(q, keys, values, mask, scaling)
 
+    float32_attention = lean_decoder.float32_decode_attention
+    monkeypatch.setattr(lean_decoder, "float32_decode_attention", in_float32)
     engine._lean.attention = attention
-    generations = engine.generate(_requests() + _unpadded_requests())
-    upcast = decoder == "auto" and dtype == torch.bfloat16
-    assert seen and set(seen) == {(torch.float32 if upcast else dtype,) * 3}
+    generations = engine.generate(_requests()) + engine.generate(_unpadded_requests())  # padded, then not
+    if decoder == "auto" and dtype == torch.bfloat16:
+        assert not seen and {c[:2] for c in float32_calls} == {(dtype, dtype)}
+        assert {c[2] for c in float32_calls} == {True, False}  # padded batches and unpadded ones
+    else:
+        assert not float32_calls and seen and set(seen) == {(dtype,) * 3}
     assert all(math.isfinite(lp) for g in generations for lp in g.logprobs)
 
 
@@ -205,8 +216,10 @@ def test_auto_projects_q_k_v_and_gate_up_with_one_kernel_call_each(tmp_path_fact
 @pytest.mark.portability
 def test_bf16_and_float32_decode_attention_are_attention_up_to_round_off():
     """transformers' SDPA call on bf16 decode shapes (one query per row, grouped key/value heads,
-    without a mask and with padding), in bf16 as transformers calls it and on float32 copies as
-    decoder="auto" does on the CPU: each output within the float64 attention's bound. Scores q.k
+    without a mask and with padding), in bf16 as transformers calls it, on float32 copies, and
+    ``float32_decode_attention`` as decoder="auto" runs it on the CPU (two float32 matmuls around
+    a float32 softmax: the same error terms as the copies'): each output within the float64
+    attention's bound. Scores q.k
     carry gamma(D) sum_d |q_d k_d| (float32 accumulation of exact bf16 products), which moves
     each softmax weight by a relative 2 max_j |ds_j| to first order; the weighted sum adds
     gamma(n) (and a few float32 ulps for exp); torch's CPU flash kernel in bf16 also rounds the
@@ -241,6 +254,7 @@ def test_bf16_and_float32_decode_attention_are_attention_up_to_round_off():
                 ("bf16", U_BF16, sdpa_attention_forward(Attention, q, k, v, mask, dropout=0.0, scaling=scale)[0]),
                 ("float32 copies", 0.0, sdpa_attention_forward(Attention, q.float(), k.float(), v.float(), mask, dropout=0.0,
                                                               scaling=scale)[0].bfloat16()),
+                ("float32 matmuls", 0.0, float32_decode_attention(q, k, v, mask, scale)),
             ]:
                 bound = ((2 * score_error + gamma(n + 8) + weights_rounding) * spread).reshape(rows, heads, dim)
                 bound = bound + U_BF16 * exact.abs()
