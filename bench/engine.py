@@ -3,7 +3,8 @@ on the same toy model and batch, side by side in one run.
 
 All three decode the same batch for exactly ``NUM_NEW_TOKENS`` sampled tokens per row (no early
 stop: the engines get no stop tokens, generate gets ``min_new_tokens``), so all produce the same
-token count. Runs are interleaved to share machine noise; repeat 0 is a warm-up. vLLM's start-up
+token count. Runs are interleaved to share machine noise, in reverse order every other repeat;
+repeat 0 is a warm-up. vLLM's start-up
 time (launch to healthy, weights loaded) is reported on its own line, not in its tokens/s. The
 vLLM column needs ``.venv-vllm`` (``make vllm-venv``); without it the bench says so and skips it.
 A second, GRPO-shaped case decodes ``NUM_GROUPS`` prompts x ``GROUP_SIZE`` samples with stop
@@ -66,10 +67,12 @@ def _vllm_engine(model_dir: Path, run_dir: Path):
 
 
 def _timed_rates(runs: dict, expected_tokens: int | None) -> dict[str, list[float]]:
-    """Per run: work units (tokens, or samples when ``expected_tokens`` is None) per second."""
+    """Per run: work units (tokens, or samples when ``expected_tokens`` is None) per second. The
+    order of the runs reverses every repeat: a fixed-order A/B of two decode attentions showed a
+    5-7 % gap that alternating the order removed (docs/speed.md, stop 34)."""
     rates: dict[str, list[float]] = {name: [] for name in runs}
     for repeat in range(NUM_REPEATS + 1):  # repeat 0 is the warm-up
-        for name, run in runs.items():
+        for name, run in (list(runs.items()) if repeat % 2 == 0 else list(runs.items())[::-1]):
             start = time.perf_counter()
             num_units = run()
             elapsed = time.perf_counter() - start
