@@ -12,13 +12,17 @@ A token costs ``per_token = 2 W`` FLOPs in the linear layers (W: every parameter
 embeddings, the output head included even when tied to them, norms too; one multiply-add each), and a
 (query, key) pair of attention ``per_pair = 4 L A D`` (L layers of A heads of size D: the score
 q.k and the weighted sum of v). A causal forward over a sequence of T tokens attends
-T (T + 1) / 2 pairs, so
+P = T (T + 1) / 2 pairs. Its backward computes the gradient of every activation (a product per
+forward product in the linears, two per forward product in attention) and of every trained
+weight (``weight_grads_per_token = 2 W_trained``), so
 
-    forward(T)  = per_token T + per_pair T (T + 1) / 2
-    training(T) = 3 forward(T)        (the backward computes two products for each of the forward's)
+    forward(T)  = per_token T + per_pair P
+    training(T) = (2 per_token + weight_grads_per_token) T + 3 per_pair P
 
-A mixture-of-experts model counts every expert's weights (an overestimate), and sliding-window
-layers are counted as full causal attention.
+which is 3 forward(T) when every weight trains, and less with LoRA, whose frozen base weights get
+no gradient (the first layer's input gradient, which a frozen embedding does not need, is still
+counted). A mixture-of-experts model counts every expert's weights (an overestimate), and
+sliding-window layers are counted as full causal attention.
 """
 
 from __future__ import annotations
@@ -30,10 +34,12 @@ import torch
 
 @dataclass(frozen=True)
 class ForwardCost:
-    """Estimated FLOPs of a forward: per token (linear layers) and per query-key pair (attention)."""
+    """Estimated FLOPs of a forward: per token (linear layers) and per query-key pair (attention);
+    and of a backward's weight gradients per token (None: every weight trains, ``per_token``)."""
 
     per_token: float
     per_pair: float
+    weight_grads_per_token: float | None = None
 
     def of(self, tokens: int, pairs: int) -> float:
         return tokens * self.per_token + pairs * self.per_pair
@@ -46,7 +52,9 @@ class ForwardCost:
 
     def training(self, lengths: torch.Tensor) -> torch.Tensor:
         """FLOPs of one forward and its backward over sequences of ``lengths`` [B] tokens."""
-        return 3 * self.forward(lengths)
+        t = lengths.to(torch.float32)  # [B]
+        weight_grads = self.per_token if self.weight_grads_per_token is None else self.weight_grads_per_token
+        return ((2 * self.per_token + weight_grads) * t + 3 * self.per_pair * t * (t + 1) / 2).sum()
 
 
 def model_config(model: torch.nn.Module):
@@ -64,9 +72,12 @@ def forward_cost(model: torch.nn.Module) -> ForwardCost:
     embeddings is added as V x H."""
     config = model_config(model)
     embeddings = {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
-    layer_params = sum(p.numel() for p in model.parameters() if id(p) not in embeddings)
-    tied = any(isinstance(m, torch.nn.Linear) and id(m.weight) in embeddings for m in model.modules())
+    layers = [p for p in model.parameters() if id(p) not in embeddings]
+    tied = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear) and id(m.weight) in embeddings]
     head = config.vocab_size * config.hidden_size if tied else 0
+    trained_head = head if tied and tied[0].requires_grad else 0
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     per_pair = 4 * config.num_hidden_layers * config.num_attention_heads * head_dim
-    return ForwardCost(per_token=2.0 * (layer_params + head), per_pair=float(per_pair))
+    trained = sum(p.numel() for p in layers if p.requires_grad) + trained_head
+    return ForwardCost(per_token=2.0 * (sum(p.numel() for p in layers) + head), per_pair=float(per_pair),
+                       weight_grads_per_token=2.0 * trained)

@@ -50,6 +50,37 @@ def test_the_cost_parts_are_what_torch_counts_for_the_model(tied):
     assert cost.per_pair == 4 * config.num_hidden_layers * config.num_attention_heads * config.head_dim
 
 
+def test_with_lora_only_the_adapters_weights_get_gradients():
+    """LoRA (heron.lora, every linear but the head): the frozen base weights get no weight gradient,
+    so training counts (2 per_token + 2 x the adapters' weights) per token. torch's counter agrees
+    exactly once layer 0's q, k, v projections (base and A) are left out of the backward's input
+    gradient: their input comes from the frozen embedding, so autograd skips it, which the
+    estimate does not model (module docstring)."""
+    from heron.config.lora import LoraConfig
+    from heron.lora import apply_lora
+
+    config = Qwen3Config(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = apply_lora(AutoModelForCausalLM.from_config(config), LoraConfig(enabled=True, rank=4))
+    rows, length = 3, 7
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=torch.randint(0, config.vocab_size, (rows, length))).logits.sum().backward()
+    cost = forward_cost(model)
+    adapters = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert cost.weight_grads_per_token == 2 * adapters < cost.per_token
+    first_qkv = sum(m.weight.numel() for name, m in model.named_modules()  # base_layer and lora_A, not lora_B
+                    if isinstance(m, torch.nn.Linear) and ".layers.0.self_attn." in name and "lora_B" not in name
+                    and any(f".{proj}." in name for proj in ("q_proj", "k_proj", "v_proj")))
+    lengths = torch.full((rows,), length)
+    skipped = 2 * first_qkv * rows * length  # the input gradient of layer 0's q, k, v (base and A)
+    norms = sum(m.weight.numel() for m in model.modules() if type(m).__name__.endswith("RMSNorm"))
+    full_scores = 3 * cost.per_pair * rows * (length * length - length * (length + 1) // 2)  # eager: T^2 pairs
+    not_matmuls = 2 * 2 * norms * rows * length  # the norms' weights in per_token, forward and input gradient
+    assert counter.get_total_flops() == float(cost.training(lengths)) - skipped + full_scores - not_matmuls
+
+
 def _trained(trainer, batch) -> tuple[float, torch.Tensor]:
     flops = trainer.train(batch)["model_flops"]
     return flops, batch.attention_mask.sum(dim=-1)  # [B] tokens of each row
