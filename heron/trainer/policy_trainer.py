@@ -396,7 +396,7 @@ def _forward_cost(model: torch.nn.Module) -> ForwardCost | None:
     try:
         return forward_cost(model)
     except (AttributeError, TypeError) as err:
-        log.info("train/model_flops: not reported (%s)", err)
+        log.warning("train/model_flops: not reported (the model config does not give its size: %s)", err)
         return None
 
 
