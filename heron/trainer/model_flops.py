@@ -48,7 +48,7 @@ class ForwardCost:
         """FLOPs of one causal forward over sequences of ``lengths`` [B] tokens -> a 0-d float tensor
         (on ``lengths``' device: summing needs no host sync)."""
         t = lengths.to(torch.float32)  # [B]
-        return (self.per_token * t + self.per_pair * t * (t + 1) / 2).sum()
+        return self.of(t, t * (t + 1) / 2).sum()
 
     def training(self, lengths: torch.Tensor) -> torch.Tensor:
         """FLOPs of one forward and its backward over sequences of ``lengths`` [B] tokens."""
