@@ -191,3 +191,27 @@ def test_a_store_that_breaks_mid_run_warns_once_and_the_run_goes_on(config, capl
     assert [m["rollout_id"] for m in read_jsonl(run_dir / "metrics.jsonl")] == [0, 1, 2]
     (wandb_file,) = tf.wandb_offline_runs(run_dir)
     assert [r["rollout_id"] for r in tf.wandb_history(wandb_file) if "reward/mean" in r] == [0, 1, 2]
+
+
+def test_a_users_own_wandb_run_is_neither_taken_over_nor_finished(config, tmp_path):
+    """A script that has its own W&B run active around heron's run: heron logs to a run of its
+    own, and at its end leaves the user's run (and wandb's process) going; the user's run logs on
+    and finishes with its rows."""
+    import wandb
+
+    user_dir = tmp_path / "user"
+    user_dir.mkdir()
+    user_run = wandb.init(project="mine", mode="offline", dir=str(user_dir), reinit="create_new",
+                          settings=wandb.Settings(console="off", silent=True, x_disable_stats=True))
+    user_run.log({"mine": 1.0})
+    cfg = config("tracking.wandb.enabled=true", "tracking.wandb.mode=offline", *SHORT)
+    train(cfg)
+    user_run.log({"mine": 2.0})  # still active
+    user_run.finish()
+    wandb.teardown()  # the user's script ending: wandb's process closes the user's file
+
+    (heron_file,) = tf.wandb_offline_runs(Path(cfg.run.dir))
+    assert [r["rollout_id"] for r in tf.wandb_history(heron_file) if "reward/mean" in r] == [0, 1]
+    assert all("mine" not in r for r in tf.wandb_history(heron_file))
+    (user_file,) = tf.wandb_offline_runs(user_dir)
+    assert [r["mine"] for r in tf.wandb_history(user_file) if "mine" in r] == [1.0, 2.0]
