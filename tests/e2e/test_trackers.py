@@ -61,9 +61,19 @@ def _mlflow_run(run_dir):
     return client, run
 
 
+def _wandb_processes() -> list[str]:
+    """The running wandb-core processes this test started (wandb's own process, a child)."""
+    import psutil
+
+    return [p.name() for p in psutil.Process().children(recursive=True) if p.name() == "wandb-core"]
+
+
 def test_each_tracker_holds_the_config_metrics_evals_and_reward_curve(config):
     cfg = config(*TRACKERS)
     train(cfg)
+    # wandb's process writes the run's file and closes it when it stops; it must have stopped
+    # before the run returned, or the file below may hold its header only (under load it did)
+    assert _wandb_processes() == []
     run_dir = Path(cfg.run.dir)
     metrics, evals = read_jsonl(run_dir / "metrics.jsonl"), read_jsonl(run_dir / "eval.jsonl")
     assert [m["rollout_id"] for m in metrics] == [0, 1, 2] and [e["rollout_id"] for e in evals] == [-1, 0, 1, 2]
@@ -206,6 +216,7 @@ def test_a_users_own_wandb_run_is_neither_taken_over_nor_finished(config, tmp_pa
     user_run.log({"mine": 1.0})
     cfg = config("tracking.wandb.enabled=true", "tracking.wandb.mode=offline", *SHORT)
     train(cfg)
+    assert _wandb_processes() == ["wandb-core"]  # kept going for the user's run
     user_run.log({"mine": 2.0})  # still active
     user_run.finish()
     wandb.teardown()  # the user's script ending: wandb's process closes the user's file
