@@ -65,7 +65,13 @@ def _wandb_processes() -> list[str]:
     """The running wandb-core processes this test started (wandb's own process, a child)."""
     import psutil
 
-    return [p.name() for p in psutil.Process().children(recursive=True) if p.name() == "wandb-core"]
+    names = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            names.append(child.name())
+        except psutil.NoSuchProcess:  # ended while listed
+            pass
+    return [name for name in names if name == "wandb-core"]
 
 
 def test_each_tracker_holds_the_config_metrics_evals_and_reward_curve(config):
