@@ -44,6 +44,7 @@ guard), so hooks keep firing.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -104,18 +105,25 @@ def _check_modules(model: torch.nn.Module) -> None:
             raise TypeError(f"{type(norm).__name__} is not a transformers RMSNorm")
 
 
-def _rms_norm(x: torch.Tensor, norm: torch.nn.Module, weight: torch.Tensor | None = None) -> torch.Tensor:
-    """transformers' RMSNorm (Llama, Qwen2, Qwen3), written out: statistics in float32, the
-    weight (``norm``'s, or ``weight`` when given) applied after the cast back to the input dtype."""
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' RMSNorm (Llama, Qwen2, Qwen3), written out: statistics in float32, ``weight``
+    applied after the cast back to the input dtype."""
     h = x.to(torch.float32)
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    return (norm.weight if weight is None else weight) * h.to(x.dtype)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x cos + rotate_half(x) sin; x [R, heads, 1, D], cos/sin [R, 1, 1, D]."""
-    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+def _signed_sin(sin: torch.Tensor) -> torch.Tensor:
+    """sin [N, D] with its first half negated: rotate_half(x) sin = cat(x2, x1) signed_sin, since
+    (-a) b and a (-b) round alike (negation is exact), so the step skips a negation per layer."""
+    half = sin.shape[-1] // 2
+    return torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """x cos + rotate_half(x) sin; x [R, heads, 1, D], cos/signed_sin [R, 1, 1, D]."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((x.narrow(-1, half, half), x.narrow(-1, 0, half)), dim=-1) * signed_sin
 
 
 def float32_decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None,
@@ -200,7 +208,9 @@ class LeanDecoder:
         positions = torch.arange(num_positions, device=embed.device).unsqueeze(0)  # [1, N]
         cos, sin = self.model.model.rotary_emb(embed[:1].unsqueeze(0), positions)  # [1, N, D] each
         packed = self._packed_weights(rows) if self.fast_kernels else {}
-        return _Step(self, cos[0], sin[0], self._qk_norm_weights(), packed)
+        layers = [_layer_plan(layer, self.model.config, qk_weight, packed)
+                  for layer, qk_weight in zip(self.model.model.layers, self._qk_norm_weights(), strict=True)]
+        return _Step(self, cos[0], _signed_sin(sin[0]), layers, packed)
 
     def _packed_weights(self, rows: int) -> dict[tuple[torch.nn.Linear, ...], Packed]:
         """The step's linears packed for ``rows`` rows: each layer's (q, k, v) and (gate, up)
@@ -234,72 +244,122 @@ class LeanDecoder:
                 for a in (layer.self_attn for layer in layers)]
 
 
+class _Projection:
+    """One or more linears applied to the same input, resolved once per batch: their stacked
+    packed weight (one kernel call), or each linear by itself (packed, or torch's ``F.linear``)."""
+
+    __slots__ = ("stacked", "parts")
+
+    def __init__(self, linears: tuple[torch.nn.Linear, ...], packed: dict[tuple[torch.nn.Linear, ...], Packed]):
+        self.stacked = packed.get(linears)  # (weight, bias, each linear's outputs) or None
+        self.parts = [packed.get((linear,), linear) for linear in linears]  # a Packed, or the nn.Linear
+
+    def outputs(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """x [..., K] -> each linear's output [..., N_i] (views of one tensor where stacked)."""
+        if self.stacked is not None:
+            weight, bias, sizes = self.stacked
+            return packed_linear(x, weight, bias).split(sizes, dim=-1)
+        return tuple(_apply(x, part) for part in self.parts)
+
+    def joined(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., K] -> the linears' outputs side by side [..., sum N_i]."""
+        if self.stacked is not None:
+            weight, bias, _ = self.stacked
+            return packed_linear(x, weight, bias)
+        outputs = self.outputs(x)
+        return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-1)
+
+
+def _apply(x: torch.Tensor, part: "Packed | torch.nn.Linear") -> torch.Tensor:
+    """A plain ``nn.Linear``'s forward without the module call, or a packed weight's."""
+    if isinstance(part, torch.nn.Linear):
+        return F.linear(x, part.weight, part.bias)
+    weight, bias, _ = part
+    return packed_linear(x, weight, bias)
+
+
+@dataclass(frozen=True, slots=True)
+class _Layer:
+    """A decoder layer's parameters and constants, read from its modules once per batch (an
+    ``nn.Module`` attribute goes through ``Module.__getattr__``, and a step read 14 per layer and
+    token). The tensors are the parameters themselves, so they are read as they are at each step."""
+
+    attn: torch.nn.Module  # for transformers' SDPA function
+    input_norm: torch.Tensor
+    input_eps: float
+    qkv: _Projection
+    qk_norm: torch.Tensor | None  # [heads + kv_heads, D]: q_norm's weight per query head, k_norm's per key head
+    qk_eps: float
+    o: _Projection
+    post_norm: torch.Tensor
+    post_eps: float
+    gate_up: _Projection
+    down: _Projection
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+
+def _layer_plan(layer: torch.nn.Module, config, qk_norm: torch.Tensor | None, packed: dict) -> _Layer:
+    attn, mlp = layer.self_attn, layer.mlp
+    return _Layer(
+        attn=attn, input_norm=layer.input_layernorm.weight, input_eps=layer.input_layernorm.variance_epsilon,
+        qkv=_Projection((attn.q_proj, attn.k_proj, attn.v_proj), packed), qk_norm=qk_norm,
+        qk_eps=attn.q_norm.variance_epsilon if qk_norm is not None else 0.0, o=_Projection((attn.o_proj,), packed),
+        post_norm=layer.post_attention_layernorm.weight, post_eps=layer.post_attention_layernorm.variance_epsilon,
+        gate_up=_Projection((mlp.gate_proj, mlp.up_proj), packed), down=_Projection((mlp.down_proj,), packed),
+        heads=config.num_attention_heads, kv_heads=config.num_key_value_heads, head_dim=attn.head_dim,
+    )
+
+
 class _Step:
     """One batch's decode step: (input_ids [R, 1], attention_mask [R, n], position_ids [R, 1],
     cache) -> next-token logits [R, V] in float32, the cache advanced by one position."""
 
-    def __init__(self, decoder: LeanDecoder, cos: torch.Tensor, sin: torch.Tensor, qk_weights: list, packed: dict):
-        self.decoder, self.cos, self.sin = decoder, cos, sin  # [N, D] each
-        self.qk_weights = qk_weights  # per layer [heads + kv_heads, D] or None
+    def __init__(self, decoder: LeanDecoder, cos: torch.Tensor, signed_sin: torch.Tensor, layers: list[_Layer],
+                 packed: dict):
+        self.decoder, self.cos, self.sin = decoder, cos, signed_sin  # [N, D] each (``_signed_sin``)
+        self.layers = layers
         self.packed = packed  # (nn.Linear, ...) -> Packed (empty: torch's F.linear)
+        model = decoder.model
+        self.norm = (model.model.norm.weight, model.model.norm.variance_epsilon)
+        self.head = _Projection((model.lm_head,), packed)
 
     def __call__(self, input_ids, attention_mask, position_ids, cache) -> torch.Tensor:
-        model = self.decoder.model.model
         cos = self.cos[position_ids].unsqueeze(1)  # [R, 1, 1, D]
         sin = self.sin[position_ids].unsqueeze(1)  # [R, 1, 1, D]
-        x = model.embed_tokens(input_ids)  # [R, 1, H]
+        x = self.decoder.model.model.embed_tokens(input_ids)  # [R, 1, H]
         # transformers' SDPA mask for one query per row: None when nothing is padded, else
         # True where a row may attend; [R, 1, 1, n]
         mask = None if bool(attention_mask.all()) else attention_mask.bool()[:, None, None, :]
-        for layer, cache_layer, qk_weight in zip(model.layers, cache.layers, self.qk_weights, strict=True):
-            x = self._layer(layer, x, cos, sin, mask, cache_layer, qk_weight)
-        x = _rms_norm(x, model.norm)
-        return self._linear(x, self.decoder.model.lm_head)[:, -1, :].float()  # [R, V]
+        for layer, cache_layer in zip(self.layers, cache.layers, strict=True):
+            x = self._layer(layer, x, cos, sin, mask, cache_layer)
+        x = _rms_norm(x, *self.norm)
+        return self.head.joined(x)[:, -1, :].float()  # [R, V]
 
-    def _linear(self, x: torch.Tensor, linear: torch.nn.Linear) -> torch.Tensor:
-        """A plain ``nn.Linear``'s forward (``_check_modules`` made sure it is one), without the
-        module call; through its packed weight when the batch has one."""
-        return self._linears(x, linear)[0]
-
-    def _linears(self, x: torch.Tensor, *linears: torch.nn.Linear) -> tuple[torch.Tensor, ...]:
-        """x [..., K] through each of ``linears`` -> one output per linear; a single kernel call
-        where the batch packed them together."""
-        packed = self.packed.get(linears)
-        if packed is not None:
-            weight, bias, sizes = packed
-            return packed_linear(x, weight, bias).split(sizes, dim=-1)
-        if len(linears) > 1:  # not packed together: each by itself, packed or not
-            return tuple(self._linears(x, linear)[0] for linear in linears)
-        return (F.linear(x, linears[0].weight, linears[0].bias),)
-
-    def _attention(self, attn, q, keys, values, mask) -> torch.Tensor:
+    def _attention(self, layer: _Layer, q, keys, values, mask) -> torch.Tensor:
         """transformers' SDPA function; with ``fast_kernels``, ``float32_decode_attention`` where
         float32 is the faster arithmetic (heron.device.decode_attention_in_float32)."""
+        scaling = layer.attn.scaling
         if self.decoder.fast_kernels and decode_attention_in_float32(q):
-            return float32_decode_attention(q, keys, values, mask, attn.scaling)
-        return self.decoder.attention(attn, q, keys, values, mask, dropout=0.0, scaling=attn.scaling)[0]
+            return float32_decode_attention(q, keys, values, mask, scaling)
+        return self.decoder.attention(layer.attn, q, keys, values, mask, dropout=0.0, scaling=scaling)[0]
 
-    def _layer(self, layer, x, cos, sin, mask, cache_layer, qk_weight) -> torch.Tensor:
+    def _layer(self, layer: _Layer, x, cos, sin, mask, cache_layer) -> torch.Tensor:
         """One decoder layer on x [R, 1, H] -> [R, 1, H]; writes this token's keys and values.
-        Queries and keys go through their RMSNorm and RoPE together (elementwise per head: the
-        same arithmetic as apart, in fewer kernel calls)."""
-        attn, linear = layer.self_attn, self._linear
-        rows, head_dim = x.shape[0], attn.head_dim
-        h = _rms_norm(x, layer.input_layernorm)  # [R, 1, H]
-        q, k, v = self._linears(h, attn.q_proj, attn.k_proj, attn.v_proj)
-        q = q.view(rows, 1, -1, head_dim)  # [R, 1, heads, D]
-        k = k.view(rows, 1, -1, head_dim)  # [R, 1, kv_heads, D]
-        v = v.view(rows, 1, -1, head_dim).transpose(1, 2)  # [R, kv_heads, 1, D]
-        heads = q.shape[2]
-        qk = torch.cat([q, k], dim=2)  # [R, 1, heads + kv_heads, D]
-        if qk_weight is not None:
-            qk = _rms_norm(qk, attn.q_norm, qk_weight)
+        Queries and keys go through their RMSNorm and RoPE together, as views of the projection's
+        output (elementwise per head: the same arithmetic as apart, in fewer kernel calls)."""
+        rows, dim, heads, kv_heads = x.shape[0], layer.head_dim, layer.heads, layer.kv_heads
+        h = _rms_norm(x, layer.input_norm, layer.input_eps)  # [R, 1, H]
+        qkv = layer.qkv.joined(h)  # [R, 1, (heads + 2 kv_heads) D]
+        qk = qkv.narrow(-1, 0, (heads + kv_heads) * dim).view(rows, 1, heads + kv_heads, dim)
+        v = qkv.narrow(-1, (heads + kv_heads) * dim, kv_heads * dim).view(rows, 1, kv_heads, dim).transpose(1, 2)
+        if layer.qk_norm is not None:
+            qk = _rms_norm(qk, layer.qk_norm, layer.qk_eps)
         qk = _rotate(qk.transpose(1, 2), cos, sin)  # [R, heads + kv_heads, 1, D]
-        q, k = qk[:, :heads], qk[:, heads:]
-        keys, values = cache_layer.update(k, v)  # [R, kv_heads, n, D] each
-        out = self._attention(attn, q, keys, values, mask)  # [R, 1, heads, D]
-        x = x + linear(out.reshape(rows, 1, -1), attn.o_proj)
-        h = _rms_norm(x, layer.post_attention_layernorm)
-        mlp = layer.mlp
-        gate, up = self._linears(h, mlp.gate_proj, mlp.up_proj)
-        return x + linear(F.silu(gate) * up, mlp.down_proj)
+        keys, values = cache_layer.update(qk.narrow(1, heads, kv_heads), v)  # [R, kv_heads, n, D] each
+        out = self._attention(layer, qk.narrow(1, 0, heads), keys, values, mask)  # [R, 1, heads, D]
+        x = x + layer.o.joined(out.reshape(rows, 1, -1))
+        h = _rms_norm(x, layer.post_norm, layer.post_eps)
+        gate, up = layer.gate_up.outputs(h)
+        return x + layer.down.joined(F.silu(gate) * up)
