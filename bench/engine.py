@@ -4,7 +4,8 @@ on the same toy model and batch, side by side in one run.
 All three decode the same batch for exactly ``NUM_NEW_TOKENS`` sampled tokens per row (no early
 stop: the engines get no stop tokens, generate gets ``min_new_tokens``), so all produce the same
 token count. Runs are interleaved to share machine noise, in reverse order every other repeat;
-repeat 0 is a warm-up. vLLM's start-up
+repeat 0 is a warm-up; each ratio is the median over the repeats of the two rates in the same
+repeat. vLLM's start-up
 time (launch to healthy, weights loaded) is reported on its own line, not in its tokens/s. The
 vLLM column needs ``.venv-vllm`` (``make vllm-venv``); without it the bench says so and skips it.
 A second, GRPO-shaped case decodes ``NUM_GROUPS`` prompts x ``GROUP_SIZE`` samples with stop
@@ -48,7 +49,7 @@ from bench.vs_trl import MODELS  # noqa: E402
 
 BATCH_SIZE = 32
 NUM_NEW_TOKENS = 64
-NUM_REPEATS = 5
+NUM_REPEATS = 9
 NUM_GROUPS, GROUP_SIZE, GROUP_NEW_TOKENS = 8, 4, 32
 STOP = tuple(range(3, 35))
 
@@ -64,6 +65,13 @@ def _vllm_engine(model_dir: Path, run_dir: Path):
         "engine.vllm.kv_cache_gib=0.25", f"rollout.max_batch_size={BATCH_SIZE}",
     ])
     return build_engine(engine_spec(cfg, pad_token_id=0))
+
+
+def _ratio(rates: dict[str, list[float]], name: str, baseline: str) -> float:
+    """The median over repeats of ``name``'s rate over ``baseline``'s in the same repeat: the two
+    ran back to back, so a slow minute of this shared machine slows both (the ratio of the two
+    medians moved by up to 0.3 between runs of the same code on 2026-12-06)."""
+    return statistics.median(a / b for a, b in zip(rates[name], rates[baseline], strict=True))
 
 
 def _timed_rates(runs: dict, expected_tokens: int | None) -> dict[str, list[float]]:
@@ -138,15 +146,13 @@ def _bench(engine: EmbeddedEngine, vllm, tokenizer, prompts) -> None:
     for name, values in rates.items():
         print(f"{name}: median {statistics.median(values):.0f} tokens/s over {len(values)} runs "
               f"(min {min(values):.0f}, max {max(values):.0f})")
-    generate = statistics.median(rates["generate"])
-    engine_rate = statistics.median(rates["engine"])
-    print(f"engine: tokens_per_s_vs_unpacked={engine_rate / statistics.median(rates['engine_lean_unpacked']):.2f} "
+    print(f"engine: tokens_per_s_vs_unpacked={_ratio(rates, 'engine', 'engine_lean_unpacked'):.2f} "
           "(the lean step with torch's own linears, decoder=lean)")
-    print(f"engine: tokens_per_s_vs_hf_decoder={engine_rate / statistics.median(rates['engine_hf_decoder']):.2f} "
+    print(f"engine: tokens_per_s_vs_hf_decoder={_ratio(rates, 'engine', 'engine_hf_decoder'):.2f} "
           "(the same engine decoding with the model's forward, decoder=hf)")
-    print(f"engine: tokens_per_s_vs_generate={engine_rate / generate:.2f}")
+    print(f"engine: tokens_per_s_vs_generate={_ratio(rates, 'engine', 'generate'):.2f}")
     if vllm is not None:
-        print(f"vllm: tokens_per_s_vs_generate={statistics.median(rates['vllm']) / generate:.2f}")
+        print(f"vllm: tokens_per_s_vs_generate={_ratio(rates, 'vllm', 'generate'):.2f}")
 
 
 def _bench_groups(engine: EmbeddedEngine, tokenizer, prompts) -> None:
@@ -178,8 +184,7 @@ def _bench_groups(engine: EmbeddedEngine, tokenizer, prompts) -> None:
     for name, values in rates.items():
         print(f"{name}: median {statistics.median(values):.1f} samples/s over {len(values)} runs "
               f"(min {min(values):.1f}, max {max(values):.1f})")
-    ratio = statistics.median(rates["engine"]) / statistics.median(rates["generate"])
-    before = statistics.median(rates["engine"]) / statistics.median(rates["engine_before_14"])
+    ratio, before = _ratio(rates, "engine", "generate"), _ratio(rates, "engine", "engine_before_14")
     print(f"engine_grpo: samples_per_s_vs_before_14={before:.2f} (the same engine prefilling and decoding every row "
           "with the model's forward)")
     print(f"engine_grpo: samples_per_s_vs_generate={ratio:.2f}")
