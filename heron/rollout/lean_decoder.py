@@ -301,6 +301,7 @@ class _Layer:
 
 
 def _layer_plan(layer: torch.nn.Module, config, qk_norm: torch.Tensor | None, packed: dict) -> _Layer:
+    """``layer``'s ``_Layer`` for a batch whose packed weights are ``packed``."""
     attn, mlp = layer.self_attn, layer.mlp
     return _Layer(
         attn=attn, input_norm=layer.input_layernorm.weight, input_eps=layer.input_layernorm.variance_epsilon,
