@@ -23,6 +23,7 @@ def main() -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     model_dir, data, out, num_steps, prompts, samples, new_tokens, lr, precision = sys.argv[1:10]
+    compile_model = sys.argv[10:11] == ["compile"]  # TrainingArguments.torch_compile (bench/vs_trl.py --compile)
     samples = int(samples)
     times: list[float] = []
     generate_times: list[float] = [0.0]
@@ -40,7 +41,7 @@ def main() -> None:
         num_generations=samples, max_completion_length=int(new_tokens), steps_per_generation=1, num_iterations=1,
         gradient_accumulation_steps=1, learning_rate=float(lr), beta=0.0, temperature=1.0, top_p=1.0,
         use_cpu=True, bf16=precision == "bf16", report_to="none", save_strategy="no", logging_steps=1,
-        dataloader_num_workers=0, seed=0,
+        dataloader_num_workers=0, seed=0, torch_compile=compile_model,
     )
     trainer = GRPOTrainer(model=model_dir, reward_funcs=completion_lengths, args=cfg,
                           train_dataset=load_dataset("json", data_files=data, split="train"))

@@ -23,6 +23,13 @@ line also gives the generation inside the step (heron: ``time/generate_s``; TRL:
 prompts carry an instruction or a chat template; the addition problems alone are 4-5 tokens), and
 tags the ratio line ``instruction prompt``.
 
+``--compile`` runs heron with ``train.compile=true`` (its decoder layers compiled,
+heron.trainer.compile; the first step compiles, and like every side's first step it is left out
+of the median: a run pays it once) and tags the ratio line ``heron compiled``. TRL stays eager, its
+faster setting here: ``--trl-compile`` (TrainingArguments' ``torch_compile``, the whole model)
+measured 5.3 s/step (steps 2-8 at 4.8-5.8 s each) against TRL's ~1.8 eager on the 25 M bf16 run
+(2026-12-06).
+
 TRL lives in its own venv (``.venv-trl``, requirements-trl.txt: trl 1.16.0 with heron's torch,
 transformers and tokenizers pins), created here when missing (~2 min); ``--no-venv`` skips the
 TRL side instead when it is missing (CI). The last lines, one per model size, are
@@ -30,6 +37,7 @@ TRL side instead when it is missing (CI). The last lines, one per model size, ar
 round's two runs>)  [model]`` (> 1: heron is faster; the per-round ratios show the machine's noise).
 
     .venv/bin/python bench/vs_trl.py [--models toy,3M,25M] [--rounds 3] [--no-venv] [--precision bf16] [--instruction]
+                                     [--compile] [--trl-compile]
 """
 
 from __future__ import annotations
@@ -89,7 +97,8 @@ def _env() -> dict[str, str]:
             "TOKENIZERS_PARALLELISM": "false", "RAY_AUTH_MODE": "disabled"}
 
 
-def heron_steps(model_dir: Path, data: Path, run_dir: Path, precision: str) -> tuple[list[float], list[float]]:
+def heron_steps(model_dir: Path, data: Path, run_dir: Path, precision: str,
+                compile_model: bool = False) -> tuple[list[float], list[float]]:
     """One fresh ``heron train`` run -> wall seconds of each rollout step, and of its generation."""
     overrides = [
         f"model.path={model_dir}", f"data.path={data}", f"run.dir={run_dir}", f"rollout.num_rollouts={NUM_STEPS}",
@@ -97,23 +106,27 @@ def heron_steps(model_dir: Path, data: Path, run_dir: Path, precision: str) -> t
         "train.steps_per_rollout=1", f"train.micro_batch_size={PROMPTS * SAMPLES}", f"train.lr={LR}",
         "eval.interval=0", "checkpoint.enabled=false", f"train.precision={precision}", f"reward.fn={REWARD}",
         *(["engine.embedded.dtype=bfloat16", "run.allow_emulated_bf16=true"] if precision == "bf16" else []),
+        *(["train.compile=true"] if compile_model else []),
     ]
     _run([str(REPO / ".venv" / "bin" / "heron"), "train", *overrides])
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [r["time/rollout_s"] for r in records], [r["time/generate_s"] for r in records]
 
 
-def trl_steps(python: Path, model_dir: Path, data: Path, out: Path, precision: str) -> tuple[list[float], list[float]]:
+def trl_steps(python: Path, model_dir: Path, data: Path, out: Path, precision: str,
+              compile_model: bool = False) -> tuple[list[float], list[float]]:
     """One fresh TRL GRPOTrainer run (bench/trl_grpo_peer.py) -> wall seconds of each step, and of
     its generation."""
-    args = [str(model_dir), str(data), str(out), NUM_STEPS, PROMPTS, SAMPLES, NEW_TOKENS, LR, precision]
+    args = [str(model_dir), str(data), str(out), NUM_STEPS, PROMPTS, SAMPLES, NEW_TOKENS, LR, precision,
+            "compile" if compile_model else "eager"]
     _run([str(python), str(REPO / "bench" / "trl_grpo_peer.py"), *map(str, args)])
     times = json.loads(out.read_text())
     return times["step_s"], times["generate_s"]
 
 
 def bench_model(name: str, python: Path | None, tmp: Path, rounds: int, precision: str,
-                instruction: str = "") -> tuple[float, list[float]] | None:
+                instruction: str = "", compile_model: bool = False,
+                trl_compile: bool = False) -> tuple[float, list[float]] | None:
     """(TRL s/step / heron s/step from each side's median over rounds, the same ratio per round), or
     None without the TRL side."""
     corpus = [p.text + p.label for p in make_prompts(2000, seed=0, max_digits=3)]
@@ -128,8 +141,8 @@ def bench_model(name: str, python: Path | None, tmp: Path, rounds: int, precisio
             if side == "trl" and python is None:
                 continue
             out = tmp / name / f"{side}-{round_id}"
-            steps, generation = (heron_steps(model_dir, data, out, precision) if side == "heron"
-                                 else trl_steps(python, model_dir, data, out.with_suffix(".json"), precision))
+            steps, generation = (heron_steps(model_dir, data, out, precision, compile_model) if side == "heron"
+                                 else trl_steps(python, model_dir, data, out.with_suffix(".json"), precision, trl_compile))
             assert len(steps) == NUM_STEPS == len(generation), (side, steps, generation)
             medians[side].append(statistics.median(steps[1:]))
             print(f"  {name} round {round_id} {side}: median {medians[side][-1]:.3f} s/step, of which generation "
@@ -148,6 +161,9 @@ def main() -> None:
     parser.add_argument("--no-venv", action="store_true", help="skip the TRL side when .venv-trl is missing")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="both trainers' precision")
     parser.add_argument("--instruction", action="store_true", help="prepend INSTRUCTION to every prompt (both sides)")
+    parser.add_argument("--compile", action="store_true", help="heron with train.compile=true (its decoder layers compiled)")
+    parser.add_argument("--trl-compile", action="store_true",
+                        help="TRL with torch_compile=True (whole model; it recompiled every step here: slower)")
     args = parser.parse_args()
     names = args.models.split(",")
     unknown = sorted(set(names) - set(MODELS))
@@ -156,17 +172,20 @@ def main() -> None:
     python = trl_python(create=not args.no_venv)
     print(f"vs_trl: {PROMPTS} prompts x {SAMPLES} samples x {NEW_TOKENS} new tokens, 1 optimizer step per rollout, "
           f"{NUM_STEPS} steps, median of steps 2-{NUM_STEPS}, {args.rounds} alternating rounds, {args.precision}"
-          + (f", every prompt after the instruction {INSTRUCTION!r}" if args.instruction else ""), flush=True)
+          + (f", every prompt after the instruction {INSTRUCTION!r}" if args.instruction else "")
+          + (", heron with train.compile=true" if args.compile else "")
+          + (", TRL with torch_compile=True" if args.trl_compile else ""), flush=True)
     ratios = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             ratios[name] = bench_model(name, python, Path(tmp), args.rounds, args.precision,
-                                       INSTRUCTION if args.instruction else "")
+                                       INSTRUCTION if args.instruction else "", args.compile, args.trl_compile)
     for name, result in ratios.items():
         if result is not None:
             ratio, per_round = result
             tag = ", ".join([name] + ([args.precision] if args.precision != "fp32" else [])
-                            + (["instruction prompt"] if args.instruction else []))
+                            + (["instruction prompt"] if args.instruction else []) + (["heron compiled"] if args.compile else [])
+                            + (["TRL compiled"] if args.trl_compile else []))
             print(f"vs_trl: samples_per_s_heron_vs_trl={ratio:.2f} (per round " + " ".join(f"{r:.2f}" for r in per_round)
                   + f")  [{tag}]")
 

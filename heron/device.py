@@ -258,6 +258,25 @@ def fused_optimizer_supported(params: list[torch.Tensor]) -> bool:
     )
 
 
+def compile_toolchain_missing(device: torch.device | str) -> str | None:
+    """What torch.compile's inductor lacks on this machine to build kernels for ``device``, or
+    None: a C++ compiler for a CPU (``torch._inductor.config.cpp.cxx``, g++ by default, or
+    ``CXX``), Triton for a CUDA device."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        from torch.utils._triton import has_triton
+
+        return None if has_triton() else "Triton is not installed (pip install triton)"
+    from torch._inductor import cpp_builder
+
+    try:
+        cpp_builder.get_cpp_compiler()
+    except Exception as error:  # inductor's own error names what it searched for
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return f"no C++ compiler for inductor's CPU kernels ({first}; install g++ or set CXX)"
+    return None
+
+
 # The smallest float32 linear weight (elements, [N, K] of one or several stacked linears) worth
 # packing on a CPU where MKL's sgemm runs its own best code; see packs_linear.
 PACKED_FLOAT32_MIN_ELEMENTS = 1 << 19

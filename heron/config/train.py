@@ -64,6 +64,14 @@ class TrainConfig:
         "(heron.trainer.activation_checkpointing).",
         False,
     )
+    compile: bool = doc(
+        "torch.compile each of the policy's decoder layers (regional compilation: one graph, reused by every "
+        "layer and every batch shape): inductor fuses each layer's elementwise ops (norms, RoPE, activation, "
+        "autocast's casts) forward and backward. Pays on long runs of larger models: the first train step "
+        "compiles (~10-40 s on 2 CPU cores; needs a C++ compiler on a CPU, Triton on a GPU). The same maths "
+        "in another rounding order (heron.trainer.compile).",
+        False,
+    )
     world_size: int = doc("Data-parallel trainer ranks (torch.distributed group); > 1 needs cluster.backend=ray.", 1)
     parallel: Literal["fsdp2", "ddp"] = doc("Data parallelism of the ranks: fsdp2 (fully_shard, default) or ddp.", "fsdp2")
     on_nonfinite: Literal["error", "skip"] = doc(

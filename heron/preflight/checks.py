@@ -42,6 +42,7 @@ from heron.data.metrics import data_metrics
 from heron.data.prompt_lengths import TokenBudget, check_prompt_lengths
 from heron.plugins.run_hooks import RunHooks, load_run_hooks
 from heron.preflight.activation_checkpointing import check_activation_checkpointing
+from heron.preflight.compile import check_compile
 from heron.preflight.critic_folder import check_critic_folder
 from heron.preflight.extras import check_extras
 from heron.preflight.lora_targets import check_lora_targets
@@ -86,6 +87,7 @@ def preflight(cfg: HeronConfig) -> PreflightReport:
         budget.check_fits()  # max_prompt_tokens + max_new_tokens <= max_position_embeddings, before data loads
     check_lora_targets(cfg.model)  # model.lora.target_modules are linear layers of this model
     check_activation_checkpointing(cfg.train, cfg.model)  # train.gradient_checkpointing: the model supports it
+    check_compile(cfg)  # train.compile: a decoder-layer list to compile, and inductor's toolchain
     check_critic_folder(cfg)  # critic.path, with algo.advantage=gae
     data.formatter.stop_token_ids(cfg.rollout.stop)
     report = PreflightReport(hooks, data.model, data.formatter, None, lines=data.lines)

@@ -52,6 +52,7 @@ def build_trainer(
     from heron.plugins.loader import load_hook
     from heron.preflight.device import component_bf16_requests
     from heron.trainer.activation_checkpointing import enable_activation_checkpointing
+    from heron.trainer.compile import compile_decoder_layers
 
     policy_loss = load_hook("policy_loss", spec.policy_loss) if spec.policy_loss else None
     objective = PolicyObjective(spec.algo, policy_loss=policy_loss, max_response_tokens=spec.max_response_tokens)
@@ -62,6 +63,8 @@ def build_trainer(
     if spec.train.gradient_checkpointing:
         enable_activation_checkpointing(model)
     model = place(model, device)
+    if spec.train.compile:
+        compile_decoder_layers(model)  # after checkpointing and placement, before data parallelism wraps it
     # the reference serves the KL term of the loss or, with algo.kl_in_reward, of the reward (sequence_kl);
     # under LoRA it is the policy with its adapters off (the frozen base: no second copy)
     reference = None

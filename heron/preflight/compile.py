@@ -1,0 +1,28 @@
+"""``train.compile`` checked before any weight loads: the model must have a decoder-layer list to
+compile, and (local backend, whose device is known here) the machine must have inductor's
+toolchain. Otherwise the first train step would fail after the model loaded and a rollout ran.
+On Ray each trainer rank checks its own device as it builds (heron.trainer.compile)."""
+
+from __future__ import annotations
+
+from heron.config.base import ConfigError
+from heron.config.root import HeronConfig
+
+
+def check_compile(cfg: HeronConfig) -> None:
+    if not cfg.train.compile:
+        return
+    from heron.device import compile_toolchain_missing, resolve
+    from heron.preflight.meta_model import meta_model
+    from heron.trainer.compile import CHECKPOINTING_CONFLICT, decoder_layers
+
+    if cfg.train.gradient_checkpointing:
+        raise ConfigError(f"train.compile=true with train.gradient_checkpointing=true: {CHECKPOINTING_CONFLICT}")
+    built = meta_model(cfg.model.path)
+    if not decoder_layers(built):
+        raise ConfigError(f"train.compile=true: found no decoder-layer list in {type(built).__name__} "
+                          f"(model.path {cfg.model.path}); set train.compile=false")
+    if cfg.cluster.backend != "ray":
+        missing = compile_toolchain_missing(resolve(cfg.run.device))
+        if missing is not None:
+            raise ConfigError(f"train.compile=true: {missing}; or set train.compile=false")

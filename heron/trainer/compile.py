@@ -1,0 +1,71 @@
+"""Regional ``torch.compile`` of the policy's decoder layers (``train.compile``).
+
+Why: in eager mode every elementwise op of a decoder layer (RMSNorm's five, RoPE's, the SwiGLU
+activation, autocast's casts) and every op of their backward is a kernel of its own that reads
+and writes a whole [B, T, hidden] activation. On a CPU those ops are ~a third of a bf16 train
+step beside its matmuls (docs/speed.md). Inductor fuses them, forward and backward, and leaves
+the matmuls to the same BLAS/oneDNN kernels.
+
+Why regional: the layers of a decoder are one class run L times. Compiling each layer's call
+(``nn.Module.compile``, in place, so parameter names and the state dict do not change) traces
+one graph whose parameters are its inputs: every layer reuses it, and ``dynamic=True`` makes
+the batch's rows and length symbolic, so one compile serves the whole run (as torchtitan
+compiles its transformer blocks). The embeddings, the output head, the log-softmax and the loss
+stay eager, where heron's own code (chunked head, shared-prompt attention dispatch) runs.
+
+Cost: the first train step compiles (on 2 CPU cores ~40 s cold, ~10 s from inductor's on-disk
+cache; a forward under ``no_grad``, the pi_old recompute, compiles its own graph once more).
+Measured (bench/compile.py): a 25 M Qwen3 bf16 train step at ~0.8x the eager time; on a 3 M
+model the compiled call's overhead eats the gain. So it is off by default.
+
+With LoRA the adapters are traced inside the layers (the KL term's reference, the same layers with
+the adapters disabled, gets a graph of its own). Not with ``train.gradient_checkpointing``:
+``torch.utils.checkpoint`` runs a checkpointed layer with dynamo disabled, so the pair is refused
+rather than silently trained eagerly.
+
+Values: the same maths in another rounding order (a fused kernel keeps a bf16 op's intermediate
+in float32 where eager rounds it), within the bounds of tests/unit/test_compile.py.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from heron.lora import unwrap
+from heron.trainer.model_flops import model_config
+
+
+CHECKPOINTING_CONFLICT = (
+    "torch.utils.checkpoint runs each checkpointed layer with dynamo disabled, so no layer would run compiled; "
+    "set one of them to false"
+)
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The decoder layers of ``model`` (through a PEFT wrapper): the ``nn.ModuleList`` of
+    ``config.num_hidden_layers`` modules of one class. [] when there is none."""
+    config = model_config(model)
+    count = getattr(config, "num_hidden_layers", None)
+    for module in unwrap(model).modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == count and len({type(m) for m in module}) == 1:
+            return list(module)
+    return []
+
+
+def compile_decoder_layers(model: torch.nn.Module) -> int:
+    """Compiles each decoder layer of ``model`` in place (module docstring); returns how many.
+    Call it after activation checkpointing is enabled and before data parallelism wraps the model."""
+    from heron.device import compile_toolchain_missing
+
+    layers = decoder_layers(model)
+    if not layers:
+        raise ValueError(f"train.compile: found no decoder-layer list in {type(unwrap(model)).__name__}; "
+                         "set train.compile=false")
+    if any(getattr(layer, "gradient_checkpointing", False) is True for layer in layers):
+        raise ValueError(f"train.compile with activation checkpointing on: {CHECKPOINTING_CONFLICT}")
+    missing = compile_toolchain_missing(next(model.parameters()).device)
+    if missing is not None:
+        raise RuntimeError(f"train.compile=true: {missing}; or set train.compile=false")
+    for layer in layers:
+        layer.compile(dynamic=True)
+    return len(layers)

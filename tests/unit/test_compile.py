@@ -1,0 +1,123 @@
+"""train.compile (heron.trainer.compile): through the trainer's real build path, the compiled
+decoder layers give the eager update and metrics within the derived round-off (float32: the same
+sums in another order, tests/tolerance.py rule 2; bf16 autocast: the bf16 bound), one graph serves
+every layer and every batch shape (no recompile when the rows or the length change), and a
+model or a machine that cannot compile is refused in one line before any weight loads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from heron.config.algo import AlgoConfig
+from heron.config.base import ConfigError
+from heron.config.lora import LoraConfig
+from heron.config.model import ModelConfig
+from heron.config.root import load_config
+from heron.config.train import TrainConfig
+from heron.preflight.compile import check_compile
+from heron.trainer.build import TrainerSpec, build_trainer
+from heron.trainer.compile import decoder_layers
+from heron.trainer.logprobs import forward_logprobs
+from tests.tolerance import assert_bf16_logprobs_close
+from tests.unit.test_activation_checkpointing import _NoCheckpointingConfig, _NoCheckpointingModel
+from tests.unit.test_packing import assert_same_update
+from tests.unit.test_trainer import _rollout
+
+
+def _build(model_dir, compile_model: bool, **train_kw):
+    # eps = grad_clip = 1: AdamW's update is Lipschitz in the gradient (tests/tolerance.py, rule 3)
+    train = TrainConfig(lr=1e-3, eps=1.0, micro_batch_size=16, compile=compile_model, **train_kw)
+    return build_trainer(TrainerSpec(model=ModelConfig(path=str(model_dir)), train=train, algo=AlgoConfig(),
+                                     policy_loss="", total_steps=10, temperature=1.0, max_response_tokens=6, seed=0))
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("share_prompts", [True, False], ids=["shared-prompts", "padded-rows"])
+def test_compiled_update_equals_eager_and_one_graph_serves_every_layer_and_shape(toy_model_dir, share_prompts):
+    _, _, batch = _rollout(toy_model_dir)
+    compiled = _build(toy_model_dir, True, share_prompts=share_prompts)
+    layers = decoder_layers(compiled.model)
+    assert len(layers) == compiled.model.config.num_hidden_layers > 1
+    assert all(layer._compiled_call_impl is not None for layer in layers)
+    # the shared-prompt attention (heron.trainer.grouped_attention) runs inside the compiled layers
+    assert (compiled._shared_layout(batch) is not None) == share_prompts
+    assert_same_update(compiled, _build(toy_model_dir, False, share_prompts=share_prompts), batch)
+    # one frame compiled: the L layers share a graph (parameters are its inputs)
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+    shorter = batch.take(range(len(batch) // 2), batch.input_ids.shape[1] - 2)  # other rows, other length
+    compiled.train(shorter)
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])  # no recompile
+    assert counters["stats"]["calls_captured"] > 0
+
+
+def test_compiled_bf16_logprobs_are_within_the_bf16_bound(toy_model_dir):
+    _, _, batch = _rollout(toy_model_dir)
+    eager32 = _build(toy_model_dir, False)
+    compiled = _build(toy_model_dir, True, precision="bf16")
+    with torch.no_grad():
+        expected = eager32.compute_logprobs(batch)
+    # the differentiated forward: the graph a train step runs
+    logprobs, _ = forward_logprobs(compiled.model, batch.input_ids, batch.attention_mask,
+                                   forward_context=compiled._forward_context)
+    assert counters["stats"]["unique_graphs"] == 1
+    mask = batch.loss_mask.bool()
+    assert_bf16_logprobs_close(logprobs.detach()[mask], expected[mask], compiled.model.config)
+
+
+def test_preflight_refuses_a_model_without_decoder_layers_and_a_machine_without_a_compiler(
+        toy_model_dir, tmp_path):
+    cfg = load_config(None, [f"model.path={toy_model_dir}", "data.path=p.jsonl", "train.compile=true"])
+    check_compile(cfg)
+    with torch._inductor.config.patch({"cpp.cxx": ("heron-no-such-compiler",)}):
+        with pytest.raises(ConfigError, match=r"train.compile=true: no C\+\+ compiler .*set train.compile=false"):
+            check_compile(cfg)
+        with pytest.raises(RuntimeError, match=r"train.compile=true: no C\+\+ compiler .*set train.compile=false"):
+            _build(toy_model_dir, True)  # a Ray rank checks its own device as it builds
+    check_compile(load_config(None, [f"model.path={toy_model_dir}", "data.path=p.jsonl", "train.compile=false"]))
+
+    # a model class with no list of layers (one linear head)
+    AutoConfig.register(_NoCheckpointingConfig.model_type, _NoCheckpointingConfig, exist_ok=True)
+    AutoModelForCausalLM.register(_NoCheckpointingConfig, _NoCheckpointingModel, exist_ok=True)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": _NoCheckpointingConfig.model_type}))
+    no_layers = load_config(None, [f"model.path={tmp_path}", "data.path=p.jsonl", "train.compile=true"])
+    with pytest.raises(ConfigError, match="found no decoder-layer list in _NoCheckpointingModel .*set train.compile=false"):
+        check_compile(no_layers)
+
+
+@pytest.mark.slow
+def test_compiled_lora_update_with_its_reference_equals_eager(toy_model_dir):
+    """LoRA: the adapters are traced inside the compiled layers, and the KL term's reference (the
+    same layers with the adapters disabled) runs them too."""
+    def build(compile_model: bool):
+        torch.manual_seed(0)  # LoRA's A starts random
+        train = TrainConfig(lr=1e-3, eps=1.0, micro_batch_size=16, compile=compile_model)
+        return build_trainer(TrainerSpec(model=ModelConfig(path=str(toy_model_dir), lora=LoraConfig(enabled=True, rank=4)),
+                                         train=train, algo=AlgoConfig(kl_coef=0.1), policy_loss="", total_steps=10,
+                                         temperature=1.0, max_response_tokens=6, seed=0))
+
+    _, _, batch = _rollout(toy_model_dir)
+    assert_same_update(build(True), build(False), batch)
+    assert counters["stats"]["calls_captured"] > 0
+
+
+def test_compile_with_activation_checkpointing_is_refused(toy_model_dir):
+    """torch.utils.checkpoint disables dynamo inside a checkpointed layer: the pair would silently
+    train eagerly, so both the pre-flight and the builder refuse it."""
+    cfg = load_config(None, [f"model.path={toy_model_dir}", "data.path=p.jsonl", "train.compile=true",
+                             "train.gradient_checkpointing=true"])
+    with pytest.raises(ConfigError, match="train.compile=true with train.gradient_checkpointing=true: .*dynamo disabled"):
+        check_compile(cfg)
+    with pytest.raises(ValueError, match="train.compile with activation checkpointing on: .*set one of them to false"):
+        _build(toy_model_dir, True, gradient_checkpointing=True)
