@@ -218,6 +218,33 @@ def test_activation_checkpointing_lowers_the_steps_peak_memory_with_the_same_los
     assert losses[True] == losses[False], losses
 
 
+# --- train.compile on CUDA (inductor's Triton kernels) ---------------------------------------------
+def test_compiled_layers_give_the_eager_loss_and_grad_norm_on_cuda():
+    """The decoder layers compiled (heron.trainer.compile) from the same weights on the same batch:
+    the first step's loss and grad norm within the float32 summation-order bound of eager's (the
+    GPU's reductions are not ordered, so later steps and weights are not compared)."""
+    from heron.trainer.compile import compile_decoder_layers
+    from tests.tolerance import assert_sums_close, reduction_length
+
+    metrics = {}
+    for compiled in (False, True):
+        model = _model()
+        if compiled:
+            assert compile_decoder_layers(model) == model.config.num_hidden_layers
+        trainer = PolicyTrainer(model, TrainConfig(micro_batch_size=8, compile=compiled), PolicyObjective(AlgoConfig()),
+                                total_steps=4)
+        batch = _batch(model.config.vocab_size)
+        metrics[compiled] = trainer.train(batch)
+        config = model.config
+        del trainer, model
+        torch.cuda.empty_cache()
+    n = reduction_length(config, tokens=batch.input_ids.numel())
+    eager, compiled = metrics[False], metrics[True]
+    assert_sums_close(compiled["loss"], eager["loss"], n=n, magnitude=abs(eager["loss"]) + math.log(config.vocab_size),
+                      what="loss")
+    assert_sums_close(compiled["grad_norm"], eager["grad_norm"], n=n, magnitude=eager["grad_norm"], what="grad_norm")
+
+
 # --- bf16 support and the chunked output head on CUDA -----------------------------------------------
 def test_native_bf16_matches_the_compute_capability():
     from heron.device import native_bf16
