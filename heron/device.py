@@ -277,6 +277,23 @@ def compile_toolchain_missing(device: torch.device | str) -> str | None:
     return None
 
 
+def separate_inductor_cache_per_capability() -> str | None:
+    """Points inductor's on-disk cache at a folder of its own for ``ATEN_CPU_CAPABILITY`` (when set,
+    and ``TORCHINDUCTOR_CACHE_DIR`` is unset or inductor's default, which inductor itself writes
+    into the environment once it has run); returns that folder, or None. Why: torch 2.13's cache
+    does not key its CPU kernels on the capability, and a kernel cached under one then failed to
+    build under another (``'at::vec' has not been declared``, measured with ``default`` after the
+    machine's own)."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    capability, default = os.environ.get("ATEN_CPU_CAPABILITY"), os.path.abspath(default_cache_dir())
+    if not capability or os.environ.get("TORCHINDUCTOR_CACHE_DIR", default) != default:
+        return None
+    folder = f"{default}_{capability}"
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+    return folder
+
+
 # The smallest float32 linear weight (elements, [N, K] of one or several stacked linears) worth
 # packing on a CPU where MKL's sgemm runs its own best code; see packs_linear.
 PACKED_FLOAT32_MIN_ELEMENTS = 1 << 19

@@ -55,7 +55,7 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 def compile_decoder_layers(model: torch.nn.Module) -> int:
     """Compiles each decoder layer of ``model`` in place (module docstring); returns how many.
     Call it after activation checkpointing is enabled and before data parallelism wraps the model."""
-    from heron.device import compile_toolchain_missing
+    from heron.device import compile_toolchain_missing, separate_inductor_cache_per_capability
 
     layers = decoder_layers(model)
     if not layers:
@@ -66,6 +66,7 @@ def compile_decoder_layers(model: torch.nn.Module) -> int:
     missing = compile_toolchain_missing(next(model.parameters()).device)
     if missing is not None:
         raise RuntimeError(f"train.compile=true: {missing}; or set train.compile=false")
+    separate_inductor_cache_per_capability()
     for layer in layers:
         layer.compile(dynamic=True)
     return len(layers)

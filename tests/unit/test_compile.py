@@ -7,6 +7,7 @@ model or a machine that cannot compile is refused in one line before any weight 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -44,6 +45,7 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+@pytest.mark.portability
 @pytest.mark.parametrize("share_prompts", [True, False], ids=["shared-prompts", "padded-rows"])
 def test_compiled_update_equals_eager_and_one_graph_serves_every_layer_and_shape(toy_model_dir, share_prompts):
     _, _, batch = _rollout(toy_model_dir)
@@ -62,6 +64,7 @@ def test_compiled_update_equals_eager_and_one_graph_serves_every_layer_and_shape
     assert counters["stats"]["calls_captured"] > 0
 
 
+@pytest.mark.portability
 def test_compiled_bf16_logprobs_are_within_the_bf16_bound(toy_model_dir):
     _, _, batch = _rollout(toy_model_dir)
     eager32 = _build(toy_model_dir, False)
@@ -121,3 +124,26 @@ def test_compile_with_activation_checkpointing_is_refused(toy_model_dir):
         check_compile(cfg)
     with pytest.raises(ValueError, match="train.compile with activation checkpointing on: .*set one of them to false"):
         _build(toy_model_dir, True, gradient_checkpointing=True)
+
+
+def test_inductor_cache_is_separate_per_cpu_capability(monkeypatch):
+    """torch 2.13's inductor cache does not key CPU kernels on ATEN_CPU_CAPABILITY (a kernel cached
+    under one failed to build under another): a run with the variable set gets a folder of its
+    own, unless the user chose one."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    from heron.device import separate_inductor_cache_per_capability
+
+    default = os.path.abspath(default_cache_dir())
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    assert separate_inductor_cache_per_capability() is None and "TORCHINDUCTOR_CACHE_DIR" not in os.environ
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    for before in (None, default):  # unset, or inductor's default (which inductor writes itself)
+        if before is not None:
+            monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", before)
+        assert separate_inductor_cache_per_capability() == f"{default}_avx2" == os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/somewhere/of/my/own")
+    assert separate_inductor_cache_per_capability() is None
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/somewhere/of/my/own"
