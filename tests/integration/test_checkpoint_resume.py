@@ -435,3 +435,25 @@ def test_dynamic_sampling_resume_equals_straight_run(assets, tmp_path):
     assert sum(r["dynamic_sampling/groups_drawn"] for r in rows) > 4 * NUM_ROLLOUTS
     _assert_same_trainer_state(resumed.c.trainer, straight_run.c.trainer)
     assert resumed.c.sampler.state_dict() == straight_run.c.sampler.state_dict()
+
+
+@pytest.mark.slow
+def test_compiled_colocated_run_resumes_exactly(assets, tmp_path):
+    """train.compile with colocate=true: the compiled layers' weights are offloaded and restored at
+    every sleep and wake, and a stopped run, its graphs compiled again (dynamo reset, as in a new
+    process), resumes to the straight compiled run's metrics and trainer state bit for bit."""
+    mode = ["train.compile=true", "colocate=true", "checkpoint.async=true"]
+    straight_run = _run(_config(assets, tmp_path / "straight", *mode))
+    run_dir = tmp_path / "run"
+    torch._dynamo.reset()
+    _run(_config(assets, run_dir, *mode), stop_after=STOP_AFTER)
+    torch._dynamo.reset()
+    resumed = _run(_config(assets, run_dir, *mode))
+    assert resumed.start_rollout == 2
+    assert _rows(run_dir / "metrics.jsonl") == _rows(tmp_path / "straight" / "metrics.jsonl")
+    assert read_jsonl(run_dir / "eval.jsonl") == read_jsonl(tmp_path / "straight" / "eval.jsonl")
+    resumed.c.trainer.wake()
+    straight_run.c.trainer.wake()
+    _assert_same_trainer_state(resumed.c.trainer, straight_run.c.trainer)
+    layers = [m for m in resumed.c.trainer.model.modules() if getattr(m, "_compiled_call_impl", None) is not None]
+    assert len(layers) == resumed.c.trainer.model.config.num_hidden_layers
