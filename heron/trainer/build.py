@@ -64,7 +64,7 @@ def build_trainer(
         enable_activation_checkpointing(model)
     model = place(model, device)
     if spec.train.compile:
-        compile_decoder_layers(model)  # after checkpointing and placement, before data parallelism wraps it
+        compile_decoder_layers(model)  # on its device, before data parallelism wraps it
     # the reference serves the KL term of the loss or, with algo.kl_in_reward, of the reward (sequence_kl);
     # under LoRA it is the policy with its adapters off (the frozen base: no second copy)
     reference = None

@@ -13,10 +13,11 @@ the batch's rows and length symbolic, so one compile serves the whole run (as to
 compiles its transformer blocks). The embeddings, the output head, the log-softmax and the loss
 stay eager, where heron's own code (chunked head, shared-prompt attention dispatch) runs.
 
-Cost: the first train step compiles (on 2 CPU cores ~40 s cold, ~10 s from inductor's on-disk
+Cost: the first train step compiles (on 2 CPU cores ~40 s cold, 12-20 s from inductor's on-disk
 cache; a forward under ``no_grad``, the pi_old recompute, compiles its own graph once more).
-Measured (bench/compile.py): a 25 M Qwen3 bf16 train step at ~0.8x the eager time; on a 3 M
-model the compiled call's overhead eats the gain. So it is off by default.
+Measured (bench/compile.py, 2-core AMD EPYC): the train step at 0.85x the eager time on a 25 M
+Qwen3 in bf16, 0.94x in float32; 0.72x and 0.89x on a 3.2 M one. Off by default: the compile
+costs more than a short run (the toy demo) saves, and it changes the rounding.
 
 With LoRA the adapters are traced inside the layers (the KL term's reference, the same layers with
 the adapters disabled, gets a graph of its own). Not with ``train.gradient_checkpointing``:
@@ -33,7 +34,6 @@ import torch
 
 from heron.lora import unwrap
 from heron.trainer.model_flops import model_config
-
 
 CHECKPOINTING_CONFLICT = (
     "torch.utils.checkpoint runs each checkpointed layer with dynamo disabled, so no layer would run compiled; "
@@ -54,7 +54,7 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 def compile_decoder_layers(model: torch.nn.Module) -> int:
     """Compiles each decoder layer of ``model`` in place (module docstring); returns how many.
-    Call it after activation checkpointing is enabled and before data parallelism wraps the model."""
+    Call it after the model is on its device and before data parallelism wraps it."""
     from heron.device import compile_toolchain_missing, separate_inductor_cache_per_capability
 
     layers = decoder_layers(model)
