@@ -87,7 +87,7 @@ def preflight(cfg: HeronConfig) -> PreflightReport:
         budget.check_fits()  # max_prompt_tokens + max_new_tokens <= max_position_embeddings, before data loads
     check_lora_targets(cfg.model)  # model.lora.target_modules are linear layers of this model
     check_activation_checkpointing(cfg.train, cfg.model)  # train.gradient_checkpointing: the model supports it
-    check_compile(cfg)  # train.compile: a decoder-layer list to compile, and inductor's toolchain
+    compile_line = check_compile(cfg)  # train.compile: a decoder-layer list to compile, and inductor's toolchain
     check_critic_folder(cfg)  # critic.path, with algo.advantage=gae
     data.formatter.stop_token_ids(cfg.rollout.stop)
     report = PreflightReport(hooks, data.model, data.formatter, None, lines=data.lines)
@@ -103,6 +103,8 @@ def preflight(cfg: HeronConfig) -> PreflightReport:
     folders = [cfg.run.dir] + ([cfg.checkpoint.folder(cfg.run.dir)] if cfg.checkpoint.enabled else [])
     data.lines.append(f"writable: {', '.join(folders)}")
     data.lines.append(device_line)
+    if compile_line is not None:
+        data.lines.append(compile_line)
     return report
 
 

@@ -9,9 +9,10 @@ from heron.config.base import ConfigError
 from heron.config.root import HeronConfig
 
 
-def check_compile(cfg: HeronConfig) -> None:
+def check_compile(cfg: HeronConfig) -> str | None:
+    """Raises ``ConfigError`` (module docstring); returns the report line, None with compile off."""
     if not cfg.train.compile:
-        return
+        return None
     from heron.device import compile_toolchain_missing, resolve
     from heron.preflight.meta_model import meta_model
     from heron.trainer.compile import CHECKPOINTING_CONFLICT, decoder_layers
@@ -19,10 +20,14 @@ def check_compile(cfg: HeronConfig) -> None:
     if cfg.train.gradient_checkpointing:
         raise ConfigError(f"train.compile=true with train.gradient_checkpointing=true: {CHECKPOINTING_CONFLICT}")
     built = meta_model(cfg.model.path)
-    if not decoder_layers(built):
+    layers = decoder_layers(built)
+    if not layers:
         raise ConfigError(f"train.compile=true: found no decoder-layer list in {type(built).__name__} "
                           f"(model.path {cfg.model.path}); set train.compile=false")
-    if cfg.cluster.backend != "ray":
-        missing = compile_toolchain_missing(resolve(cfg.run.device))
-        if missing is not None:
-            raise ConfigError(f"train.compile=true: {missing}; or set train.compile=false")
+    line = f"compile: {len(layers)} x {type(layers[0]).__name__}, one graph"
+    if cfg.cluster.backend == "ray":
+        return f"{line} (each trainer rank checks inductor's toolchain as it builds)"
+    missing = compile_toolchain_missing(resolve(cfg.run.device))
+    if missing is not None:
+        raise ConfigError(f"train.compile=true: {missing}; or set train.compile=false")
+    return f"{line}; inductor's toolchain found"

@@ -82,13 +82,14 @@ def test_compiled_bf16_logprobs_are_within_the_bf16_bound(toy_model_dir):
 def test_preflight_refuses_a_model_without_decoder_layers_and_a_machine_without_a_compiler(
         toy_model_dir, tmp_path):
     cfg = load_config(None, [f"model.path={toy_model_dir}", "data.path=p.jsonl", "train.compile=true"])
-    check_compile(cfg)
+    assert check_compile(cfg) == "compile: 2 x Qwen3DecoderLayer, one graph; inductor's toolchain found"
     with torch._inductor.config.patch({"cpp.cxx": ("heron-no-such-compiler",)}):
         with pytest.raises(ConfigError, match=r"train.compile=true: no C\+\+ compiler .*set train.compile=false"):
             check_compile(cfg)
         with pytest.raises(RuntimeError, match=r"train.compile=true: no C\+\+ compiler .*set train.compile=false"):
             _build(toy_model_dir, True)  # a Ray rank checks its own device as it builds
-    check_compile(load_config(None, [f"model.path={toy_model_dir}", "data.path=p.jsonl", "train.compile=false"]))
+    off = load_config(None, [f"model.path={toy_model_dir}", "data.path=p.jsonl", "train.compile=false"])
+    assert check_compile(off) is None
 
     # a model class with no list of layers (one linear head)
     AutoConfig.register(_NoCheckpointingConfig.model_type, _NoCheckpointingConfig, exist_ok=True)
