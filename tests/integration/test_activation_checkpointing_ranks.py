@@ -12,26 +12,16 @@ import torch
 
 from tests.gloo_ranks import on_gloo_ranks
 from tests.integration.test_old_logprobs_ranks import MICRO, ROWS, _train_counted
+from tests.integration.test_old_logprobs_ranks import _trainer as fsdp2_trainer
 
 WORLD = 2
 
 
 def _trainer(model_dir: str, checkpointing: bool):
-    from transformers import AutoModelForCausalLM
-
-    from heron.config.algo import AlgoConfig
-    from heron.config.train import TrainConfig
-    from heron.parallel.data_parallel import apply_data_parallel
-    from heron.parallel.dp_trainer import DataParallelTrainer
     from heron.trainer.activation_checkpointing import enable_activation_checkpointing
-    from heron.trainer.objectives import PolicyObjective
 
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    if checkpointing:  # before sharding, as build_trainer does
-        enable_activation_checkpointing(model)
-    cfg = TrainConfig(lr=1e-3, micro_batch_size=MICRO, gradient_checkpointing=checkpointing)
-    return DataParallelTrainer(apply_data_parallel(model, "fsdp2"), cfg, PolicyObjective(AlgoConfig()), total_steps=4)
+    return fsdp2_trainer(model_dir, enable_activation_checkpointing if checkpointing else None,
+                         gradient_checkpointing=checkpointing)
 
 
 def _scenarios(rank: int, tmp: Path, model_dir: str) -> dict:

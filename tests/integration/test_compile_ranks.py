@@ -13,28 +13,18 @@ import torch
 
 from tests.gloo_ranks import on_gloo_ranks
 from tests.integration.test_old_logprobs_ranks import ROWS, _batch, _train_counted
+from tests.integration.test_old_logprobs_ranks import _trainer as fsdp2_trainer
 from tests.tolerance import assert_sums_close, assert_updates_close, reduction_length
 
 WORLD = 2
 
 
 def _trainer(model_dir: str, compile_model: bool):
-    from transformers import AutoModelForCausalLM
-
-    from heron.config.algo import AlgoConfig
-    from heron.config.train import TrainConfig
-    from heron.parallel.data_parallel import apply_data_parallel
-    from heron.parallel.dp_trainer import DataParallelTrainer
     from heron.trainer.compile import compile_decoder_layers
-    from heron.trainer.objectives import PolicyObjective
 
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    if compile_model:  # before sharding, as build_trainer does
-        compile_decoder_layers(model)
     # eps = grad_clip = 1: AdamW's update is Lipschitz in the gradient (tests/tolerance.py, rule 3)
-    cfg = TrainConfig(lr=1e-3, eps=1.0, micro_batch_size=ROWS, compile=compile_model)
-    return DataParallelTrainer(apply_data_parallel(model, "fsdp2"), cfg, PolicyObjective(AlgoConfig()), total_steps=4)
+    return fsdp2_trainer(model_dir, compile_decoder_layers if compile_model else None, eps=1.0, micro_batch_size=ROWS,
+                         compile=compile_model)
 
 
 def _scenarios(rank: int, tmp: Path, model_dir: str) -> dict:

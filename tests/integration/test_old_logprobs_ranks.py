@@ -21,7 +21,10 @@ from tests.gloo_ranks import on_gloo_ranks
 WORLD, ROWS, LENGTH, MICRO = 2, 4, 10, 2  # rows per rank: 2 micro-batches per step
 
 
-def _trainer(model_dir: str, **train_kw):
+def _trainer(model_dir: str, prepare=None, **train_kw):
+    """An FSDP2 trainer of the toy model from seed 0; ``prepare(model)`` runs before sharding, as
+    build_trainer orders it (activation checkpointing, compile); ``train_kw`` override TrainConfig's
+    lr=1e-3 and micro_batch_size=MICRO."""
     from transformers import AutoModelForCausalLM
 
     from heron.config.algo import AlgoConfig
@@ -31,8 +34,11 @@ def _trainer(model_dir: str, **train_kw):
     from heron.trainer.objectives import PolicyObjective
 
     torch.manual_seed(0)
-    model = apply_data_parallel(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), "fsdp2")
-    return DataParallelTrainer(model, TrainConfig(lr=1e-3, micro_batch_size=MICRO, **train_kw), PolicyObjective(AlgoConfig()), total_steps=4)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    if prepare is not None:
+        prepare(model)
+    cfg = TrainConfig(**{"lr": 1e-3, "micro_batch_size": MICRO, **train_kw})
+    return DataParallelTrainer(apply_data_parallel(model, "fsdp2"), cfg, PolicyObjective(AlgoConfig()), total_steps=4)
 
 
 def _batch(vocab: int, rank: int):
