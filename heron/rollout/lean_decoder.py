@@ -252,7 +252,8 @@ class _Projection:
 
     def __init__(self, linears: tuple[torch.nn.Linear, ...], packed: dict[tuple[torch.nn.Linear, ...], Packed]):
         self.stacked = packed.get(linears)  # (weight, bias, each linear's outputs) or None
-        self.parts = [packed.get((linear,), linear) for linear in linears]  # a Packed, or the nn.Linear
+        # each linear by itself where they are not stacked: a Packed, or the nn.Linear
+        self.parts = [] if self.stacked is not None else [packed.get((linear,), linear) for linear in linears]
 
     def outputs(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """x [..., K] -> each linear's output [..., N_i] (views of one tensor where stacked)."""
