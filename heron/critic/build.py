@@ -23,7 +23,7 @@ class CriticSpec:
     """``model.path`` is the backbone unless ``critic.path`` names another folder; ``model.dtype``."""
     train: TrainConfig
     """What the critic shares with the policy: its batching (steps_per_rollout, micro_batch_size,
-    max_tokens_per_micro_batch), on_nonfinite, precision and gradient_checkpointing."""
+    max_tokens_per_micro_batch), on_nonfinite, precision, gradient_checkpointing and compile."""
     seed: int
     """``run.seed``: an actor seeds torch with it before building (as the driver does)."""
     device: str = "auto"
@@ -56,6 +56,10 @@ def build_critic(
 
         enable_activation_checkpointing(model.backbone)
     model = place(model, device)
+    if spec.train.compile:
+        from heron.trainer.compile import compile_decoder_layers
+
+        compile_decoder_layers(model.backbone)  # on its device, before data parallelism wraps it
     return critic_cls(parallelize(model) if parallelize else model, spec.critic,
                       steps_per_rollout=spec.train.steps_per_rollout, micro_batch_size=spec.train.micro_batch_size,
                       on_nonfinite=spec.train.on_nonfinite, max_tokens_per_micro_batch=spec.train.max_tokens_per_micro_batch,

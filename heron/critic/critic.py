@@ -15,7 +15,7 @@ accumulated), with R = the GAE returns and V_old the values the advantages were 
 clipped-norm AdamW step at ``critic.lr`` times its schedule (``critic.warmup_steps``,
 ``critic.lr_schedule``: heron.trainer.lr_schedule, over the run's ``total_steps``; it advances on
 applied steps only, as the policy's). The backbone runs under the policy's ``train.precision``
-(and ``train.gradient_checkpointing``, set up by ``heron.critic.build``).
+(and ``train.gradient_checkpointing`` and ``train.compile``, set up by ``heron.critic.build``).
 Its state is model + AdamW (DCP shards in the checkpoint's ``critic/`` folder) and the LR
 scheduler's position (in ``critic/state.json``).
 """

@@ -87,8 +87,8 @@ def preflight(cfg: HeronConfig) -> PreflightReport:
         budget.check_fits()  # max_prompt_tokens + max_new_tokens <= max_position_embeddings, before data loads
     check_lora_targets(cfg.model)  # model.lora.target_modules are linear layers of this model
     check_activation_checkpointing(cfg.train, cfg.model)  # train.gradient_checkpointing: the model supports it
-    compile_line = check_compile(cfg)  # train.compile: a decoder-layer list to compile, and inductor's toolchain
     check_critic_folder(cfg)  # critic.path, with algo.advantage=gae
+    compile_line = check_compile(cfg)  # train.compile: decoder-layer lists to compile, and inductor's toolchain
     data.formatter.stop_token_ids(cfg.rollout.stop)
     report = PreflightReport(hooks, data.model, data.formatter, None, lines=data.lines)
     if hooks.data_source is None:

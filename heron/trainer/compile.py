@@ -1,4 +1,6 @@
-"""Regional ``torch.compile`` of the policy's decoder layers (``train.compile``).
+"""Regional ``torch.compile`` of the policy's decoder layers, and of the critic's backbone
+(``train.compile``; heron.critic.build calls ``compile_decoder_layers`` on the value model's
+backbone).
 
 Why: in eager mode every elementwise op of a decoder layer (RMSNorm's five, RoPE's, the SwiGLU
 activation, autocast's casts) and every op of their backward is a kernel of its own that reads

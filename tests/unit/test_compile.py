@@ -16,16 +16,19 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from heron.config.algo import AlgoConfig
 from heron.config.base import ConfigError
+from heron.config.critic import CriticConfig
 from heron.config.lora import LoraConfig
 from heron.config.model import ModelConfig
 from heron.config.root import load_config
 from heron.config.train import TrainConfig
+from heron.critic.build import CriticSpec, build_critic
 from heron.preflight.compile import check_compile
 from heron.trainer.build import TrainerSpec, build_trainer
 from heron.trainer.compile import decoder_layers
 from heron.trainer.logprobs import forward_logprobs
-from tests.tolerance import assert_bf16_logprobs_close
+from tests.tolerance import assert_bf16_logprobs_close, assert_updates_close, gamma, reduction_length
 from tests.unit.test_activation_checkpointing import _NoCheckpointingConfig, _NoCheckpointingModel
+from tests.unit.test_critic_precision import _critic_batch
 from tests.unit.test_packing import assert_same_update
 from tests.unit.test_trainer import _rollout
 
@@ -65,6 +68,38 @@ def test_compiled_update_equals_eager_and_one_graph_serves_every_layer_and_shape
 
 
 @pytest.mark.portability
+def test_compiled_critic_values_and_update_equal_eager(toy_model_dir):
+    """train.compile compiles the critic's backbone layers too (heron.critic.build): its values lie
+    within the float32 round-off of eager's (norm-wise, rule 2: |dV_t| <= |w| |dh_t| <= |w| 2 gamma(n)
+    |h_t|), and so does its update (rule 3)."""
+    def build(compile_model: bool):
+        critic = build_critic(CriticSpec(critic=CriticConfig(lr=1e-2, eps=1.0, grad_clip=1.0),
+                                         model=ModelConfig(path=str(toy_model_dir)), seed=0,
+                                         train=TrainConfig(micro_batch_size=8, compile=compile_model)))
+        with torch.no_grad():  # a non-zero head: the backbone gets gradients and the values carry it
+            head = critic.model.value_head.weight
+            head.copy_(torch.linspace(-1, 1, head.numel()).view(1, -1))
+        return critic
+
+    batch = _critic_batch(toy_model_dir)
+    compiled, eager = build(True), build(False)
+    layers = decoder_layers(compiled.model.backbone)
+    assert len(layers) == compiled.model.backbone.config.num_hidden_layers > 1
+    assert all(layer._compiled_call_impl is not None for layer in layers)
+    n = reduction_length(eager.model.backbone.config, tokens=batch.input_ids.numel())
+    with torch.no_grad():
+        hidden = eager.model.backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+    bound = 2 * gamma(n) * eager.model.value_head.weight.norm() * hidden[:, :-1].norm(dim=-1) * batch.loss_mask
+    difference = (compiled.values(batch) - eager.values(batch)).abs()  # [B, L-1]
+    assert bool((difference <= bound).all()), float((difference - bound).max())
+    initial = {k: v.clone() for k, v in eager.model.state_dict().items()}
+    compiled.train(batch), eager.train(batch)
+    assert_updates_close(compiled.model.state_dict(), eager.model.state_dict(), initial, n=n, steps=1)
+    # one graph per grad mode (the values' no-grad forward, the train step's), shared by the layers
+    assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])
+
+
+@pytest.mark.portability
 def test_compiled_bf16_logprobs_are_within_the_bf16_bound(toy_model_dir):
     _, _, batch = _rollout(toy_model_dir)
     eager32 = _build(toy_model_dir, False)
@@ -98,6 +133,13 @@ def test_preflight_refuses_a_model_without_decoder_layers_and_a_machine_without_
     no_layers = load_config(None, [f"model.path={tmp_path}", "data.path=p.jsonl", "train.compile=true"])
     with pytest.raises(ConfigError, match="found no decoder-layer list in _NoCheckpointingModel .*set train.compile=false"):
         check_compile(no_layers)
+
+    # PPO with a learned critic: its backbone is compiled too, from model.path or its own critic.path
+    gae = [f"model.path={toy_model_dir}", "data.path=p.jsonl", "train.compile=true", "algo.advantage=gae"]
+    assert check_compile(load_config(None, gae)) == (
+        "compile: 2 x Qwen3DecoderLayer, one graph; the critic's 2 x Qwen3DecoderLayer too; inductor's toolchain found")
+    with pytest.raises(ConfigError, match=f"no decoder-layer list in _NoCheckpointingModel \\(critic.path {tmp_path}\\)"):
+        check_compile(load_config(None, [*gae, f"critic.path={tmp_path}"]))
 
 
 @pytest.mark.slow
