@@ -6,6 +6,8 @@ the random model varies on (so values, value loss and both updates are non-zero)
   without offload;
 - a run stopped after a checkpoint and resumed equals the straight run bit for bit, the critic's
   parameters and AdamW moments included (its state lives in the checkpoint's ``critic/`` folder);
+- so does a compiled run (``train.compile``: the critic's backbone layers compiled), colocated
+  with offload (slow tier);
 - a checkpoint without a critic does not resume into a critic run, in one line;
 - on the Ray backend the critic runs in its own actor next to trainer rank 0, colocated with
   offload, saves its part of the checkpoint, and a run stopped and resumed on a new Ray
@@ -127,6 +129,29 @@ def test_stop_and_resume_equals_straight_run(toy_model_dir, toy_data_path, tmp_p
     state = _run(cfg)
     assert _same_rows(_rows(tmp_path), _rows(straight["dir"]))
     _assert_same(state, straight["state"])
+
+
+@pytest.mark.slow  # compiles the layers' graphs (~1-2 min on 2 cores)
+def test_compiled_colocated_critic_run_resumes_exactly(toy_model_dir, toy_data_path, tmp_path):
+    """train.compile with the critic, colocated with offload: the critic's compiled backbone layers
+    sleep and wake with its weights, and a stopped run, its graphs compiled again (dynamo reset, as
+    in a new process), resumes to the straight compiled run's metrics and both states bit for bit."""
+    mode = ("train.compile=true", "colocate=true", "checkpoint.async=true")
+    torch._dynamo.reset()
+    straight_state = _run(_config(toy_model_dir, toy_data_path, tmp_path / "straight", *mode))
+    cfg = _config(toy_model_dir, toy_data_path, tmp_path / "run", *mode)
+    torch._dynamo.reset()
+    _run(cfg, stop_after=STOP_AFTER)
+    torch._dynamo.reset()
+    with RLRun(cfg) as run:
+        run_rollouts(run)
+        compiled = [m for m in run.c.critic.model.backbone.modules() if getattr(m, "_compiled_call_impl", None) is not None]
+        assert len(compiled) == run.c.critic.model.backbone.config.num_hidden_layers
+        state = {"policy": _tensors(run.c.trainer), "critic": _tensors(run.c.critic)}
+    assert read_jsonl(tmp_path / "run" / "metrics.jsonl")[-1]["memory/critic_released_bytes"] > 0  # it slept
+    assert _same_rows(_rows(tmp_path / "run"), _rows(tmp_path / "straight"))
+    _assert_same(state, straight_state)
+    torch._dynamo.reset()
 
 
 def test_packed_micro_batches_train_policy_and_critic(toy_model_dir, toy_data_path, tmp_path, straight):
