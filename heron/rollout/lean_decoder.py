@@ -290,7 +290,7 @@ class _Layer:
     input_eps: float
     qkv: _Projection
     qk_norm: torch.Tensor | None  # [heads + kv_heads, D]: q_norm's weight per query head, k_norm's per key head
-    qk_eps: float
+    qk_eps: float | None  # None where qk_norm is None
     o: _Projection
     post_norm: torch.Tensor
     post_eps: float
@@ -307,7 +307,7 @@ def _layer_plan(layer: torch.nn.Module, config, qk_norm: torch.Tensor | None, pa
     return _Layer(
         attn=attn, input_norm=layer.input_layernorm.weight, input_eps=layer.input_layernorm.variance_epsilon,
         qkv=_Projection((attn.q_proj, attn.k_proj, attn.v_proj), packed), qk_norm=qk_norm,
-        qk_eps=attn.q_norm.variance_epsilon if qk_norm is not None else 0.0, o=_Projection((attn.o_proj,), packed),
+        qk_eps=attn.q_norm.variance_epsilon if qk_norm is not None else None, o=_Projection((attn.o_proj,), packed),
         post_norm=layer.post_attention_layernorm.weight, post_eps=layer.post_attention_layernorm.variance_epsilon,
         gate_up=_Projection((mlp.gate_proj, mlp.up_proj), packed), down=_Projection((mlp.down_proj,), packed),
         heads=config.num_attention_heads, kv_heads=config.num_key_value_heads, head_dim=attn.head_dim,
