@@ -65,9 +65,9 @@ class TrainConfig:
         False,
     )
     compile: bool = doc(
-        "torch.compile each of the policy's decoder layers, and the critic's (regional compilation: one graph, reused by every "
-        "layer and every batch shape): inductor fuses each layer's elementwise ops (norms, RoPE, activation, "
-        "autocast's casts) forward and backward. Pays on long runs of larger models: the first train step "
+        "torch.compile each of the policy's decoder layers, and the critic's (regional compilation: one graph, "
+        "reused by every layer and every batch shape): inductor fuses each layer's elementwise ops (norms, RoPE, "
+        "activation, autocast's casts) forward and backward. Pays on long runs of larger models: the first train step "
         "compiles (~15-40 s on 2 CPU cores; needs a C++ compiler on a CPU, Triton on a GPU). The same maths "
         "in another rounding order (heron.trainer.compile).",
         False,

@@ -1,7 +1,8 @@
 """``train.compile`` checked before any weight loads: the model (and the critic's backbone, when
-``critic.path`` names another folder) must have a decoder-layer list to compile, and (local backend, whose device is known here) the machine must have inductor's
-toolchain. Otherwise the first train step would fail after the model loaded and a rollout ran.
-On Ray each trainer rank checks its own device as it builds (heron.trainer.compile)."""
+``critic.path`` names another folder) must have a decoder-layer list to compile, and (local
+backend, whose device is known here) the machine must have inductor's toolchain. Otherwise the
+first train step would fail after the model loaded and a rollout ran. On Ray each trainer rank
+checks its own device as it builds (heron.trainer.compile)."""
 
 from __future__ import annotations
 

@@ -93,7 +93,8 @@ def test_compiled_critic_values_and_update_equal_eager(toy_model_dir):
     difference = (compiled.values(batch) - eager.values(batch)).abs()  # [B, L-1]
     assert bool((difference <= bound).all()), float((difference - bound).max())
     initial = {k: v.clone() for k, v in eager.model.state_dict().items()}
-    compiled.train(batch), eager.train(batch)
+    compiled.train(batch)
+    eager.train(batch)
     assert_updates_close(compiled.model.state_dict(), eager.model.state_dict(), initial, n=n, steps=1)
     # one graph per grad mode (the values' no-grad forward, the train step's), shared by the layers
     assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])
