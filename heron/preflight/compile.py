@@ -2,7 +2,7 @@
 ``critic.path`` names another folder) must have a decoder-layer list to compile, and (local
 backend, whose device is known here) the machine must have inductor's toolchain. Otherwise the
 first train step would fail after the model loaded and a rollout ran. On Ray each trainer rank
-checks its own device as it builds (heron.trainer.compile)."""
+and the critic's actor check their own device as they build (heron.trainer.compile)."""
 
 from __future__ import annotations
 
@@ -22,11 +22,13 @@ def check_compile(cfg: HeronConfig) -> str | None:
         raise ConfigError(f"train.compile=true with train.gradient_checkpointing=true: {CHECKPOINTING_CONFLICT}")
     layers = _layers(cfg.model.path, "model.path")
     line = f"compile: {len(layers)} x {type(layers[0]).__name__}, one graph"
+    builders = "each trainer rank checks inductor's toolchain as it builds"
     if ADVANTAGES[cfg.algo.advantage].needs_critic:
         critic = _layers(cfg.critic.path, "critic.path") if cfg.critic.path else layers
         line += f"; the critic's {len(critic)} x {type(critic[0]).__name__} too"
+        builders = "each trainer rank and the critic's actor check inductor's toolchain as they build"
     if cfg.cluster.backend == "ray":
-        return f"{line} (each trainer rank checks inductor's toolchain as it builds)"
+        return f"{line} ({builders})"
     missing = compile_toolchain_missing(resolve(cfg.run.device))
     if missing is not None:
         raise ConfigError(f"train.compile=true: {missing}; or set train.compile=false")

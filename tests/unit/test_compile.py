@@ -141,6 +141,9 @@ def test_preflight_refuses_a_model_without_decoder_layers_and_a_machine_without_
         "compile: 2 x Qwen3DecoderLayer, one graph; the critic's 2 x Qwen3DecoderLayer too; inductor's toolchain found")
     with pytest.raises(ConfigError, match=f"no decoder-layer list in _NoCheckpointingModel \\(critic.path {tmp_path}\\)"):
         check_compile(load_config(None, [*gae, f"critic.path={tmp_path}"]))
+    # on Ray the device is known only where each part builds, and each checks its own
+    assert check_compile(load_config(None, [*gae, "cluster.backend=ray"])).endswith(
+        "too (each trainer rank and the critic's actor check inductor's toolchain as they build)")
 
 
 @pytest.mark.slow
