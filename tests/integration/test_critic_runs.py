@@ -11,11 +11,13 @@ the random model varies on (so values, value loss and both updates are non-zero)
 - a checkpoint without a critic does not resume into a critic run, in one line;
 - on the Ray backend the critic runs in its own actor next to trainer rank 0, colocated with
   offload, saves its part of the checkpoint, and a run stopped and resumed on a new Ray
-  session equals the straight Ray run.
+  session equals the straight Ray run; with ``train.compile`` the actors compile their layers
+  as they build, or refuse in one line without inductor's toolchain (slow tier).
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -243,6 +245,26 @@ def test_critic_run_on_ray_resumes_exactly(no_ray, toy_model_dir, toy_data_path,
     assert [r["rollout_id"] for r in _ray_run(cfg, stop_after=STOP_AFTER)] == [0]
     assert [r["rollout_id"] for r in _ray_run(cfg)] == [1, 2]
     assert _same_rows(_rows(tmp_path), _rows(ray_straight["dir"]))
+
+
+@pytest.mark.slow  # compiles the layers' graphs in the actors
+def test_compiled_critic_run_on_ray(no_ray, toy_model_dir, toy_data_path, tmp_path, monkeypatch):
+    """train.compile on Ray, colocated with offload: the trainer rank and the critic's actor compile
+    their layers as they build (heron.trainer.build, heron.critic.build; the values are checked
+    against eager in tests/unit/test_compile.py), inductor compiles inside the actors, and the run
+    trains both through every rollout, each actor sleeping between its operations. An actor
+    without inductor's toolchain (its C++ compiler named by CXX, which the actors inherit) refuses
+    as it builds, in one line."""
+    cfg = _ray_config(toy_model_dir, toy_data_path, tmp_path / "refused", "train.compile=true")
+    with monkeypatch.context() as env:
+        env.setenv("CXX", "heron-no-such-compiler")
+        with pytest.raises(RuntimeError, match=r"train.compile=true: no C\+\+ compiler .*or set train.compile=false"):
+            _ray_run(cfg)
+    records = _ray_run(_ray_config(toy_model_dir, toy_data_path, tmp_path / "run", "train.compile=true"))
+    assert [r["policy_version"] for r in records] == [1, 2, 3]
+    assert all(math.isfinite(r["train/loss"]) and r["train/grad_norm"] > 0 and r["critic/value_loss"] > 0 for r in records)
+    assert records[-1]["critic/value_mean"] != 0.0
+    assert records[-1]["memory/critic-rank-0_released_bytes"] > 0
 
 
 def test_a_bad_critic_path_fails_in_the_preflight(toy_model_dir, toy_data_path, tmp_path):
