@@ -23,6 +23,10 @@ line also gives the generation inside the step (heron: ``time/generate_s``; TRL:
 prompts carry an instruction or a chat template; the addition problems alone are 4-5 tokens), and
 tags the ratio line ``instruction prompt``.
 
+``--new-tokens N`` lets every sample run to N new tokens instead of ``NEW_TOKENS`` (both sides; RL
+responses are often hundreds of tokens, where decoding attends over a long cache) and tags the
+ratio line ``N new tokens``.
+
 ``--compile`` runs heron with ``train.compile=true`` (its decoder layers compiled,
 heron.trainer.compile; the first step compiles, and like every side's first step it is left out
 of the median: a run pays it once) and tags the ratio line ``heron compiled``. TRL stays eager, its
@@ -37,12 +41,13 @@ TRL side instead when it is missing (CI). The last lines, one per model size, ar
 round's two runs>)  [model]`` (> 1: heron is faster; the per-round ratios show the machine's noise).
 
     .venv/bin/python bench/vs_trl.py [--models toy,3M,25M] [--rounds 3] [--no-venv] [--precision bf16] [--instruction]
-                                     [--compile] [--trl-compile]
+                                     [--compile] [--trl-compile] [--new-tokens 32]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -97,42 +102,60 @@ def _env() -> dict[str, str]:
             "TOKENIZERS_PARALLELISM": "false", "RAY_AUTH_MODE": "disabled"}
 
 
-def heron_steps(model_dir: Path, data: Path, run_dir: Path, precision: str,
-                compile_model: bool = False) -> tuple[list[float], list[float]]:
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """What both sides run, from the command line."""
+
+    precision: str = "fp32"
+    instruction: str = ""  # prepended to every prompt
+    compile_model: bool = False  # heron's train.compile
+    trl_compile: bool = False  # TRL's torch_compile
+    new_tokens: int = NEW_TOKENS  # per sample, at most
+
+    def tag(self, name: str) -> str:
+        """The ratio line's tag: the model and every setting off its default."""
+        return ", ".join([name] + ([self.precision] if self.precision != "fp32" else [])
+                         + (["instruction prompt"] if self.instruction else [])
+                         + (["heron compiled"] if self.compile_model else [])
+                         + (["TRL compiled"] if self.trl_compile else [])
+                         + ([f"{self.new_tokens} new tokens"] if self.new_tokens != NEW_TOKENS else []))
+
+
+def heron_steps(model_dir: Path, data: Path, run_dir: Path, setup: Setup) -> tuple[list[float], list[float]]:
     """One fresh ``heron train`` run -> wall seconds of each rollout step, and of its generation."""
     overrides = [
         f"model.path={model_dir}", f"data.path={data}", f"run.dir={run_dir}", f"rollout.num_rollouts={NUM_STEPS}",
-        f"rollout.batch_size={PROMPTS}", f"rollout.samples_per_prompt={SAMPLES}", f"rollout.max_new_tokens={NEW_TOKENS}",
+        f"rollout.batch_size={PROMPTS}", f"rollout.samples_per_prompt={SAMPLES}", f"rollout.max_new_tokens={setup.new_tokens}",
         "train.steps_per_rollout=1", f"train.micro_batch_size={PROMPTS * SAMPLES}", f"train.lr={LR}",
-        "eval.interval=0", "checkpoint.enabled=false", f"train.precision={precision}", f"reward.fn={REWARD}",
-        *(["engine.embedded.dtype=bfloat16", "run.allow_emulated_bf16=true"] if precision == "bf16" else []),
-        *(["train.compile=true"] if compile_model else []),
+        "eval.interval=0", "checkpoint.enabled=false", f"train.precision={setup.precision}", f"reward.fn={REWARD}",
+        *(["engine.embedded.dtype=bfloat16", "run.allow_emulated_bf16=true"] if setup.precision == "bf16" else []),
+        *(["train.compile=true"] if setup.compile_model else []),
     ]
     _run([str(REPO / ".venv" / "bin" / "heron"), "train", *overrides])
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [r["time/rollout_s"] for r in records], [r["time/generate_s"] for r in records]
 
 
-def trl_steps(python: Path, model_dir: Path, data: Path, out: Path, precision: str,
-              compile_model: bool = False) -> tuple[list[float], list[float]]:
+def trl_steps(python: Path, model_dir: Path, data: Path, out: Path, setup: Setup) -> tuple[list[float], list[float]]:
     """One fresh TRL GRPOTrainer run (bench/trl_grpo_peer.py) -> wall seconds of each step, and of
     its generation."""
-    args = [str(model_dir), str(data), str(out), NUM_STEPS, PROMPTS, SAMPLES, NEW_TOKENS, LR, precision,
-            "compile" if compile_model else "eager"]
+    args = [str(model_dir), str(data), str(out), NUM_STEPS, PROMPTS, SAMPLES, setup.new_tokens, LR, setup.precision,
+            "compile" if setup.trl_compile else "eager"]
     _run([str(python), str(REPO / "bench" / "trl_grpo_peer.py"), *map(str, args)])
     times = json.loads(out.read_text())
     return times["step_s"], times["generate_s"]
 
 
-def bench_model(name: str, python: Path | None, tmp: Path, rounds: int, precision: str,
-                instruction: str = "", compile_model: bool = False,
-                trl_compile: bool = False) -> tuple[float, list[float]] | None:
+def bench_model(name: str, python: Path | None, tmp: Path, rounds: int, setup: Setup) -> tuple[float, list[float]] | None:
     """(TRL s/step / heron s/step from each side's median over rounds, the same ratio per round), or
     None without the TRL side."""
     corpus = [p.text + p.label for p in make_prompts(2000, seed=0, max_digits=3)]
-    model_dir = create_toy_model(tmp / name / "model", corpus, MODELS[name])
+    # room for the longest prompt (the instruction's ~120 tokens) and the new tokens; RoPE's
+    # frequencies do not depend on it, so the model computes the same at every length
+    spec = dataclasses.replace(MODELS[name], max_positions=max(MODELS[name].max_positions, 256 + setup.new_tokens))
+    model_dir = create_toy_model(tmp / name / "model", corpus, spec)
     data = tmp / name / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": instruction + p.text, "label": p.label}) + "\n"
+    data.write_text("".join(json.dumps({"prompt": setup.instruction + p.text, "label": p.label}) + "\n"
                             for p in make_prompts(PROMPTS * NUM_STEPS * 4, seed=1, max_digits=2)))
     medians: dict[str, list[float]] = {"heron": [], "trl": []}
     for round_id in range(rounds):
@@ -141,8 +164,8 @@ def bench_model(name: str, python: Path | None, tmp: Path, rounds: int, precisio
             if side == "trl" and python is None:
                 continue
             out = tmp / name / f"{side}-{round_id}"
-            steps, generation = (heron_steps(model_dir, data, out, precision, compile_model) if side == "heron"
-                                 else trl_steps(python, model_dir, data, out.with_suffix(".json"), precision, trl_compile))
+            steps, generation = (heron_steps(model_dir, data, out, setup) if side == "heron"
+                                 else trl_steps(python, model_dir, data, out.with_suffix(".json"), setup))
             assert len(steps) == NUM_STEPS == len(generation), (side, steps, generation)
             medians[side].append(statistics.median(steps[1:]))
             print(f"  {name} round {round_id} {side}: median {medians[side][-1]:.3f} s/step, of which generation "
@@ -164,31 +187,31 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="heron with train.compile=true (its decoder layers compiled)")
     parser.add_argument("--trl-compile", action="store_true",
                         help="TRL with torch_compile=True (whole model; it recompiled every step here: slower)")
+    parser.add_argument("--new-tokens", type=int, default=NEW_TOKENS,
+                        help=f"new tokens per sample, at most (default {NEW_TOKENS}: the issue's batch shape)")
     args = parser.parse_args()
+    if args.new_tokens < 1:
+        parser.error(f"--new-tokens {args.new_tokens}: must be at least 1")
+    setup = Setup(args.precision, INSTRUCTION if args.instruction else "", args.compile, args.trl_compile, args.new_tokens)
     names = args.models.split(",")
     unknown = sorted(set(names) - set(MODELS))
     if unknown:
         parser.error(f"--models: unknown {unknown}; choose from {list(MODELS)}")
     python = trl_python(create=not args.no_venv)
-    print(f"vs_trl: {PROMPTS} prompts x {SAMPLES} samples x {NEW_TOKENS} new tokens, 1 optimizer step per rollout, "
-          f"{NUM_STEPS} steps, median of steps 2-{NUM_STEPS}, {args.rounds} alternating rounds, {args.precision}"
-          + (f", every prompt after the instruction {INSTRUCTION!r}" if args.instruction else "")
-          + (", heron with train.compile=true" if args.compile else "")
-          + (", TRL with torch_compile=True" if args.trl_compile else ""), flush=True)
+    print(f"vs_trl: {PROMPTS} prompts x {SAMPLES} samples x {setup.new_tokens} new tokens, 1 optimizer step per rollout, "
+          f"{NUM_STEPS} steps, median of steps 2-{NUM_STEPS}, {args.rounds} alternating rounds, {setup.precision}"
+          + (f", every prompt after the instruction {INSTRUCTION!r}" if setup.instruction else "")
+          + (", heron with train.compile=true" if setup.compile_model else "")
+          + (", TRL with torch_compile=True" if setup.trl_compile else ""), flush=True)
     ratios = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            ratios[name] = bench_model(name, python, Path(tmp), args.rounds, args.precision,
-                                       INSTRUCTION if args.instruction else "", args.compile, args.trl_compile)
+            ratios[name] = bench_model(name, python, Path(tmp), args.rounds, setup)
     for name, result in ratios.items():
         if result is not None:
             ratio, per_round = result
-            tag = ", ".join([name] + ([args.precision] if args.precision != "fp32" else [])
-                            + (["instruction prompt"] if args.instruction else []) + (["heron compiled"] if args.compile else [])
-                            + (["TRL compiled"] if args.trl_compile else []))
             print(f"vs_trl: samples_per_s_heron_vs_trl={ratio:.2f} (per round " + " ".join(f"{r:.2f}" for r in per_round)
-                  + f")  [{tag}]")
-
+                  + f")  [{setup.tag(name)}]")
 
 if __name__ == "__main__":
     main()

@@ -13,7 +13,9 @@ Why regional: the layers of a decoder are one class run L times. Compiling each 
 one graph whose parameters are its inputs: every layer reuses it, and ``dynamic=True`` makes
 the batch's rows and length symbolic, so one compile serves the whole run (as torchtitan
 compiles its transformer blocks). The embeddings, the output head, the log-softmax and the loss
-stay eager, where heron's own code (chunked head, shared-prompt attention dispatch) runs.
+stay eager, where heron's own code (chunked head, shared-prompt attention dispatch) runs. A run
+whose micro-batches switch between the padded and the shared-prompt layout (it shares where that
+pays) compiles one graph for each.
 
 Cost: the first train step compiles (on 2 CPU cores ~40 s cold, 12-20 s from inductor's on-disk
 cache; a forward under ``no_grad``, the pi_old recompute, compiles its own graph once more).
@@ -35,6 +37,7 @@ from __future__ import annotations
 import torch
 
 from heron.lora import unwrap
+from heron.trainer.grouped_attention import install as install_grouped_attention
 from heron.trainer.model_flops import model_config
 
 CHECKPOINTING_CONFLICT = (
@@ -69,6 +72,10 @@ def compile_decoder_layers(model: torch.nn.Module) -> int:
     if missing is not None:
         raise RuntimeError(f"train.compile=true: {missing}; or set train.compile=false")
     separate_inductor_cache_per_capability()
+    # dynamo guards the identity of the attention function a layer calls: register the
+    # shared-prompt dispatcher before the first trace, not at the first shared batch, where it
+    # would fail the padded graph's guard and cost a third graph
+    install_grouped_attention()
     for layer in layers:
         layer.compile(dynamic=True)
     return len(layers)

@@ -67,6 +67,25 @@ def test_compiled_update_equals_eager_and_one_graph_serves_every_layer_and_shape
     assert counters["stats"]["calls_captured"] > 0
 
 
+def test_a_run_whose_batches_switch_layout_compiles_one_graph_per_layout(toy_model_dir):
+    """A run's micro-batches take the shared-prompt layout only where it pays (long answers of
+    uneven length, say), so a run can go padded, shared, padded. The attention dispatcher the
+    shared layout needs is installed when the trainer is built, before any layer is traced: a
+    graph traced against transformers' own ``sdpa`` would fail its guard once the dispatcher
+    replaced it, and compile a third graph (measured: a 256-token bench run recompiled twice)."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    AttentionInterface.register("sdpa", sdpa_attention_forward)  # as a fresh process has it
+    _, _, batch = _rollout(toy_model_dir)
+    trainer = _build(toy_model_dir, True, share_prompts=True)
+    one_per_prompt = batch.take(range(0, len(batch), 4), batch.input_ids.shape[1])  # nothing to share
+    assert trainer._shared_layout(one_per_prompt) is None and trainer._shared_layout(batch) is not None
+    for step_batch in (one_per_prompt, batch, one_per_prompt):
+        trainer.train(step_batch)
+    assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])
+
+
 @pytest.mark.portability
 def test_compiled_critic_values_and_update_equal_eager(toy_model_dir):
     """train.compile compiles the critic's backbone layers too (heron.critic.build): its values lie
