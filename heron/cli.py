@@ -4,6 +4,8 @@ component configs (``key.sub=value`` overrides), not new flags."""
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import io
 import sys
 import time
 from pathlib import Path
@@ -58,6 +60,7 @@ def _add_ckpt_parser(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _stacks_on_a_native_crash()
     try:
         return COMMANDS[args.command](args)
     except ConfigError as e:
@@ -79,6 +82,17 @@ def main(argv: list[str] | None = None) -> int:
         where = f": {e.filename}" if e.filename else ""
         print(f"heron: error: {describe_os_error(e)}{where}", file=sys.stderr)
         return 1
+
+
+def _stacks_on_a_native_crash() -> None:
+    """A native crash (a C++ library's ``std::terminate``: "terminate called without an active
+    exception", then SIGABRT; a segfault) prints every Python thread's stack before the process
+    dies (Python's ``faulthandler``): often the only clue such a crash leaves. Where stderr is no
+    file (captured in-process by a test or a notebook) there is nothing to write to: skipped."""
+    try:
+        faulthandler.enable(file=sys.stderr, all_threads=True)
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        pass
 
 
 def _load(args):

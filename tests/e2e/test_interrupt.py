@@ -89,3 +89,20 @@ def test_signal_stops_the_run_cleanly_with_one_line(toy_model_dir, tmp_path, bac
     if backend == "ray":
         assert len(processes) > 5, processes  # GCS, raylet, agents, 3 workers were seen
     assert still_running(processes[1:]) == []
+
+
+def test_a_native_abort_prints_the_python_stack_of_every_thread(toy_model_dir, tmp_path):
+    """A crash in native code (once seen in CI at a run's exit: "terminate called without an
+    active exception", SIGABRT, no other output) leaves heron's faulthandler's stacks on stderr,
+    so the next one says where it happened."""
+    from heron.toy.addition import write_splits
+
+    write_splits(tmp_path / "data", seed=0, max_digits=2, num_train=64, num_test=8)
+    run_dir = tmp_path / "run"
+    proc = _start(toy_model_dir, tmp_path / "data" / "train.jsonl", run_dir, "local")
+    _wait_for_a_checkpoint(proc, run_dir / "checkpoints")
+    proc.send_signal(signal.SIGABRT)
+    _, stderr = proc.communicate(timeout=EXIT_DEADLINE_S)
+    assert proc.returncode == -signal.SIGABRT, stderr[-3000:]
+    assert "Fatal Python error: Aborted" in stderr, stderr[-3000:]
+    assert "(most recent call first)" in stderr and "heron" in stderr, stderr[-3000:]
