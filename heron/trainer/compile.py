@@ -11,11 +11,12 @@ the matmuls to the same BLAS/oneDNN kernels.
 Why regional: the layers of a decoder are one class run L times. Compiling each layer's call
 (``nn.Module.compile``, in place, so parameter names and the state dict do not change) traces
 one graph whose parameters are its inputs: every layer reuses it, and ``dynamic=True`` makes
-the batch's rows and length symbolic, so one compile serves the whole run (as torchtitan
+the batch's rows and length symbolic, so one compile serves a run's batch shapes (as torchtitan
 compiles its transformer blocks). The embeddings, the output head, the log-softmax and the loss
 stay eager, where heron's own code (chunked head, shared-prompt attention dispatch) runs. A run
 whose micro-batches switch between the padded and the shared-prompt layout (it shares where that
-pays) compiles one graph for each.
+pays) compiles one graph for each; a shape far from the first can compile once more where
+inductor guarded a size (docs/algorithms.md).
 
 Cost: the first train step compiles (on 2 CPU cores ~40 s cold, 12-20 s from inductor's on-disk
 cache; a forward under ``no_grad``, the pi_old recompute, compiles its own graph once more).
