@@ -213,5 +213,6 @@ def main() -> None:
             print(f"vs_trl: samples_per_s_heron_vs_trl={ratio:.2f} (per round " + " ".join(f"{r:.2f}" for r in per_round)
                   + f")  [{setup.tag(name)}]")
 
+
 if __name__ == "__main__":
     main()

@@ -70,7 +70,7 @@ def test_compiled_update_equals_eager_and_one_graph_serves_every_layer_and_shape
 def test_a_run_whose_batches_switch_layout_compiles_one_graph_per_layout(toy_model_dir):
     """A run's micro-batches take the shared-prompt layout only where it pays (long answers of
     uneven length, say), so a run can go padded, shared, padded. The attention dispatcher the
-    shared layout needs is installed when the trainer is built, before any layer is traced: a
+    shared layout needs is installed when the layers are compiled, before any is traced: a
     graph traced against transformers' own ``sdpa`` would fail its guard once the dispatcher
     replaced it, and compile a third graph (measured: a 256-token bench run recompiled twice)."""
     from transformers import AttentionInterface
