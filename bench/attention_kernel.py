@@ -25,6 +25,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.side_by_side import emulated_bf16_line  # noqa: E402
 from bench.vs_trl import MODELS  # noqa: E402
 from heron.toy.addition import make_prompts  # noqa: E402
 from heron.toy.model import create_toy_model  # noqa: E402
@@ -88,6 +89,10 @@ def train_step(name: str, tmp: Path) -> float:
 
 
 def main() -> None:
+    skipped = emulated_bf16_line("attention_kernel")
+    if skipped:  # the kernel choice it measures is bf16's
+        print(skipped)
+        return
     kernels()
     with tempfile.TemporaryDirectory() as tmp:
         ratios = {name: train_step(name, Path(tmp)) for name in ("3M", "25M")}

@@ -8,7 +8,8 @@ sample 0, and heron would leave those zero-advantage rows out of its step while 
 optimizer step per rollout, ``NUM_STEPS`` steps, temperature 1, no KL term, fp32 (``--precision
 bf16``: bf16 mixed precision for both trainers, heron's ``train.precision=bf16`` and TRL's
 ``bf16=True``, fp32 master weights on both sides; both generate in bf16 too: TRL's generation
-runs under accelerate's autocast, heron's engine holds a bfloat16 copy, ``engine.embedded.dtype``),
+runs under accelerate's autocast, heron's engine holds a bfloat16 copy, ``engine.embedded.dtype``;
+on a CPU without native bf16 the bench prints one line instead: torch would emulate it),
 ``OMP_NUM_THREADS`` threads each (default 2; on a machine loaded far beyond its cores, 1: two
 OpenMP threads per process then slowed both sides ~10x in one measurement).
 Each run is a fresh process (heron: ``heron train``; TRL: bench/trl_grpo_peer.py in .venv-trl),
@@ -59,6 +60,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.side_by_side import emulated_bf16_line  # noqa: E402
 from heron.toy.addition import make_prompts  # noqa: E402
 from heron.toy.model import ToyModelSpec, create_toy_model  # noqa: E402
 
@@ -197,6 +199,10 @@ def main() -> None:
     unknown = sorted(set(names) - set(MODELS))
     if unknown:
         parser.error(f"--models: unknown {unknown}; choose from {list(MODELS)}")
+    skipped = emulated_bf16_line("vs_trl") if setup.precision == "bf16" else None
+    if skipped:
+        print(skipped)
+        return
     python = trl_python(create=not args.no_venv)
     print(f"vs_trl: {PROMPTS} prompts x {SAMPLES} samples x {setup.new_tokens} new tokens, 1 optimizer step per rollout, "
           f"{NUM_STEPS} steps, median of steps 2-{NUM_STEPS}, {args.rounds} alternating rounds, {setup.precision}"

@@ -5,7 +5,8 @@ Every component gets a ``torch.device`` from here (``resolve``) and places its t
 wait for queued copies and how to hand freed memory back; the cluster layer asks it for the
 collective backend and the GPUs a bundle needs. The rest of heron is device-generic: the CPU
 path and the CUDA path are the same code with another ``torch.device`` (on CPU every call
-below is the identity or a no-op, so a CPU run computes exactly what it did without the seam).
+below is the identity or a no-op, so a CPU run computes exactly what it did without the seam;
+``place`` copies memory-mapped weights into memory of their own, on every device).
 ``tests/unit/test_architecture.py`` fails if the string ``cuda`` appears anywhere else outside
 the residency and cluster backends.
 
@@ -102,8 +103,32 @@ def check_bf16(requests: list[str], device: torch.device, *, allow_emulated: boo
 
 
 def place(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-    """The module with its parameters and buffers on ``device`` (in place; a no-op when there)."""
-    return module.to(device)
+    """The module with its parameters and buffers on ``device`` (in place), each in memory of its
+    own (``own_memory``)."""
+    return own_memory(module.to(device))
+
+
+def own_memory(module: torch.nn.Module) -> torch.nn.Module:
+    """``module`` with every parameter and buffer that lives in a memory-mapped file (a
+    non-resizable storage: on the CPU ``from_pretrained`` maps the safetensors files and hands out
+    views of them) copied into ordinary memory, in place (``tensor.data = clone``: the same
+    Parameter objects stay, tied weights stay tied). Why, both measured on a CPU:
+
+    - a weight file rewritten in place while a run holds it (``save_pretrained`` into the folder
+      the run loaded) killed the process with SIGBUS on its next read of those weights; weights
+      the optimizer never writes (the reference model, LoRA's frozen base, the engine's copy until
+      its first push) would read the file for the whole run;
+    - the views sit at the file's 8-byte offsets, not at the 64-byte alignment of every other
+      tensor, and MKL's float32 GEMM on an AVX2 CPU (AMD EPYC, 2026-12-06) rounds some shapes
+      differently at another 16-byte alignment: a colocated run (whose offload copies the weights
+      into fresh memory) and the same run not colocated differed in the last bit of a logprob.
+
+    On a GPU ``module.to(device)`` has already copied everything: nothing to do."""
+    with torch.no_grad():
+        for tensor in [*module.parameters(), *module.buffers()]:
+            if not tensor.untyped_storage().resizable():
+                tensor.data = tensor.data.clone()
+    return module
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -336,6 +361,8 @@ def packs_linear(weight: torch.Tensor, elements: int | None = None) -> bool:
     elements (default its own): on the CPU, in float32 or bfloat16, with oneDNN; in float32 only
     from ``float32_packing_floor()`` up.
 
+    bfloat16 weights pack only on a CPU with native bf16 (``native_bf16``).
+
     Why a floor, and only on some CPUs: torch's plain float32 linear is MKL's sgemm, and MKL
     runs its own best code on Intel CPUs only. On a 2-core Intel Xeon (AMX), whole engine decode
     of 32 rows: the 3.2 M bench model (hidden 256, every weight below the floor) took 0.78-0.88x
@@ -351,6 +378,8 @@ def packs_linear(weight: torch.Tensor, elements: int | None = None) -> bool:
     model measured on both (the engine took 1.01-1.12x the time unpacked)."""
     if weight.device.type != "cpu" or weight.dtype not in (torch.float32, torch.bfloat16):
         return False
+    if weight.dtype == torch.bfloat16 and not native_bf16(weight.device):
+        return False  # oneDNN refuses to pack bf16 where the CPU emulates it (an AVX2 AMD EPYC)
     size = weight.numel() if elements is None else elements
     if weight.dtype == torch.float32 and size < float32_packing_floor():
         return False

@@ -98,10 +98,10 @@ class EmbeddedEngine(Resident):
     def from_pretrained(cls, path: str | Path, **kwargs) -> EmbeddedEngine:
         """Loads an HF folder in float32, in eval mode, without grads. ``pad_token_id`` defaults
         to the model config's."""
-        from transformers import AutoModelForCausalLM
+        from heron.device import HOST, place
+        from heron.models import load_model
 
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-        model.eval().requires_grad_(False)
+        model = place(load_model(str(path), "float32"), HOST).eval().requires_grad_(False)
         if kwargs.get("pad_token_id") is None:
             kwargs["pad_token_id"] = model.config.pad_token_id
             if kwargs["pad_token_id"] is None:

@@ -37,7 +37,8 @@ def _build(model_dir, compile_model: bool, **train_kw):
     # eps = grad_clip = 1: AdamW's update is Lipschitz in the gradient (tests/tolerance.py, rule 3)
     train = TrainConfig(lr=1e-3, eps=1.0, micro_batch_size=16, compile=compile_model, **train_kw)
     return build_trainer(TrainerSpec(model=ModelConfig(path=str(model_dir)), train=train, algo=AlgoConfig(),
-                                     policy_loss="", total_steps=10, temperature=1.0, max_response_tokens=6, seed=0))
+                                     policy_loss="", total_steps=10, temperature=1.0, max_response_tokens=6, seed=0,
+                                     allow_emulated_bf16=True))  # bf16 on any CPU (emulated where it has none)
 
 
 @pytest.fixture(autouse=True)

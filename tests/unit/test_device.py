@@ -1,7 +1,7 @@
 """The device seam (heron.device): how a device request resolves, the one-line errors for a
-device this machine or Ray cluster does not have, and that CPU placement is the identity (so
-``run.device=cpu`` is the CUDA code path with another ``torch.device``, computing what it did
-before). The CUDA side of the same calls is the GPU tier (tests/gpu)."""
+device this machine or Ray cluster does not have, and that CPU placement is the identity for
+tensors in memory of their own (so ``run.device=cpu`` is the CUDA code path with another
+``torch.device``, computing what it did before). The CUDA side of the same calls is the GPU tier (tests/gpu)."""
 
 from __future__ import annotations
 
@@ -67,6 +67,30 @@ def test_placing_on_the_host_keeps_the_same_tensors():
     assert seam.to_device(tensor, seam.HOST) is tensor and seam.to_host(tensor) is tensor
     batch = _batch()
     assert batch.to(seam.HOST) is batch
+
+
+def test_placed_weights_live_in_memory_of_their_own_not_in_the_file(toy_model_dir, tmp_path):
+    """``from_pretrained`` maps the safetensors file on the CPU; ``place`` copies those weights into
+    ordinary, 64-byte-aligned memory (the same Parameter objects, the tie kept, the same values), so
+    rewriting the file in place under a run changes nothing (mapped, the next read died of SIGBUS)
+    and MKL sees the alignment every other tensor has (see heron.device.own_memory)."""
+    import shutil
+
+    from heron.models import load_model
+
+    folder = shutil.copytree(toy_model_dir, tmp_path / "model")
+    model = load_model(str(folder), "float32")
+    assert not all(p.untyped_storage().resizable() for p in model.parameters())  # mapped: what place fixes
+    expected = {name: p.detach().clone() for name, p in model.named_parameters()}
+    params = list(model.parameters())
+    assert seam.place(model, seam.HOST) is model and list(model.parameters()) == params
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # the toy model ties them
+    for name, param in model.named_parameters():
+        assert param.untyped_storage().resizable() and param.data_ptr() % 64 == 0, name
+    for weights in folder.glob("*.safetensors"):
+        weights.write_bytes(b"")  # truncated in place, as save_pretrained into the folder would first do
+    for name, param in model.named_parameters():
+        assert torch.equal(param, expected[name]), name
 
 
 def test_a_batch_moves_every_tensor_field():
