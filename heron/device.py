@@ -323,7 +323,8 @@ def separate_inductor_cache_per_capability() -> str | None:
 # packing on a CPU where MKL's sgemm runs its own best code; see packs_linear.
 PACKED_FLOAT32_MIN_ELEMENTS = 1 << 19
 # CPU vendors (x86 CPUID vendor strings) whose float32 linears pack at any size; see packs_linear.
-# Measured on AMD; Hygon's CPUs are AMD Zen cores, which MKL treats alike (not measured).
+# Measured on two AMD EPYCs (one with avx512-bf16, one AVX2 only); Hygon's CPUs are AMD Zen cores,
+# which MKL treats alike (not measured).
 PACK_EVERY_FLOAT32_VENDORS = ("AuthenticAMD", "HygonGenuine")
 
 
@@ -374,7 +375,9 @@ def packs_linear(weight: torch.Tensor, elements: int | None = None) -> bool:
     (2026-12-05, same torch) oneDNN's packed kernel beat sgemm at every decode shape measured,
     1.08x at [32, 256] x [256, 256] to 2.0x at [32, 256] x [256, 4096], and the whole engine
     took 0.72x (3.2 M, pure decode) and 0.82x (GRPO-shaped batch) the time packed against the
-    floor: no floor there. bfloat16 always packs: the packed kernel was ahead at every shape and
+    floor: no floor there. On an AVX2-only AMD EPYC (family 25 model 1, 2026-12-06) the engine
+    decoded 1.16x (3.2 M) and 1.40x (25 M) the tokens/s with every float32 linear packed against
+    torch's own (bench/engine.py, ``tokens_per_s_vs_unpacked``). bfloat16 always packs: the packed kernel was ahead at every shape and
     model measured on both (the engine took 1.01-1.12x the time unpacked)."""
     if weight.device.type != "cpu" or weight.dtype not in (torch.float32, torch.bfloat16):
         return False
