@@ -6,7 +6,7 @@ wait for queued copies and how to hand freed memory back; the cluster layer asks
 collective backend and the GPUs a bundle needs. The rest of heron is device-generic: the CPU
 path and the CUDA path are the same code with another ``torch.device`` (on CPU every call
 below is the identity or a no-op, so a CPU run computes exactly what it did without the seam;
-``place`` copies memory-mapped weights into memory of their own, on every device).
+the one copy it makes there is ``place``'s of weights still in a memory-mapped file).
 ``tests/unit/test_architecture.py`` fails if the string ``cuda`` appears anywhere else outside
 the residency and cluster backends.
 
@@ -377,8 +377,9 @@ def packs_linear(weight: torch.Tensor, elements: int | None = None) -> bool:
     took 0.72x (3.2 M, pure decode) and 0.82x (GRPO-shaped batch) the time packed against the
     floor: no floor there. On an AVX2-only AMD EPYC (family 25 model 1, 2026-12-06) the engine
     decoded 1.16x (3.2 M) and 1.40x (25 M) the tokens/s with every float32 linear packed against
-    torch's own (bench/engine.py, ``tokens_per_s_vs_unpacked``). bfloat16 always packs: the packed kernel was ahead at every shape and
-    model measured on both (the engine took 1.01-1.12x the time unpacked)."""
+    torch's own (bench/engine.py, ``tokens_per_s_vs_unpacked``). bfloat16 packs at any size (on
+    a CPU with native bf16): the packed kernel was ahead at every shape and model measured on
+    both (the engine took 1.01-1.12x the time unpacked)."""
     if weight.device.type != "cpu" or weight.dtype not in (torch.float32, torch.bfloat16):
         return False
     if weight.dtype == torch.bfloat16 and not native_bf16(weight.device):

@@ -34,8 +34,9 @@ class ResidencySettings:
 
 def own_storages(inventory) -> int:
     """Gives every tensor backed by a non-resizable storage (memory-mapped by ``from_pretrained`` in
-    a module that ``heron.device.place`` did not place, or from numpy) its own ordinary storage, in place (``tensor.data = clone``: the same
-    Parameter/buffer objects stay), so the host-offload backend can free it. Returns how many."""
+    a module that ``heron.device.place`` did not place, or from numpy) its own ordinary storage, in
+    place (``tensor.data = clone``: the same Parameter/buffer objects stay), so the host-offload
+    backend can free it. Returns how many."""
     num_moved = 0
     with torch.no_grad():
         for tensors in inventory.values():
