@@ -25,7 +25,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.side_by_side import emulated_bf16_line  # noqa: E402
+from bench.side_by_side import skips_emulated_bf16  # noqa: E402
 from bench.vs_trl import MODELS  # noqa: E402
 from heron.toy.addition import make_prompts  # noqa: E402
 from heron.toy.model import create_toy_model  # noqa: E402
@@ -89,9 +89,7 @@ def train_step(name: str, tmp: Path) -> float:
 
 
 def main() -> None:
-    skipped = emulated_bf16_line("attention_kernel")
-    if skipped:  # the kernel choice it measures is bf16's
-        print(skipped)
+    if skips_emulated_bf16("attention_kernel"):  # the kernel choice it measures is bf16's
         return
     kernels()
     with tempfile.TemporaryDirectory() as tmp:

@@ -3,8 +3,8 @@
 Two trainers of the same model, built by heron's own path (``build_trainer``), one with
 ``train.compile=true``, train on the same batch of bench/vs_trl.py's shape (32 rows: 5 prompt
 and 32 response tokens, one micro-batch, one optimizer step), alternately, on the issue's 3.2 M
-and 25 M shapes, in float32 and bf16 mixed precision (bf16 only on a CPU with it natively). The compiled trainer's first step (the
-compile) is timed apart and not in the ratio. Last line per case: ``compile:
+and 25 M shapes, in float32 and bf16 mixed precision (bf16 only on a CPU with it natively). The
+compiled trainer's first step (the compile) is timed apart and not in the ratio. Last line per case: ``compile:
 train_step_s_compiled_vs_eager=<median of the per-pair ratios> first_step_s=<seconds>`` (< 1:
 compiled is faster; the first step is what a run pays once, from inductor's cache when it holds
 the graph).
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import torch
-from side_by_side import SHAPES, alternate, describe, emulated_bf16_line, random_batch, toy_model
+from side_by_side import SHAPES, alternate, describe, random_batch, skips_emulated_bf16, toy_model
 
 from heron.config.algo import AlgoConfig
 from heron.config.model import ModelConfig
@@ -43,8 +43,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=8)
     args = parser.parse_args()
     precisions = args.precisions.split(",")
-    if "bf16" in precisions and emulated_bf16_line("compile"):
-        print(emulated_bf16_line("compile"))
+    if "bf16" in precisions and skips_emulated_bf16("compile"):
         precisions.remove("bf16")
     with tempfile.TemporaryDirectory() as tmp:
         for name, spec in SHAPES.items():

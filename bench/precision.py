@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from side_by_side import SHAPES, alternate, describe, emulated_bf16_line, random_batch, ratio, toy_model
+from side_by_side import SHAPES, alternate, describe, random_batch, ratio, skips_emulated_bf16, toy_model
 
 from heron.config.algo import AlgoConfig
 from heron.config.train import TrainConfig
@@ -34,9 +34,7 @@ def _trainer(model_dir: Path, precision: str) -> PolicyTrainer:
 
 
 def main() -> None:
-    skipped = emulated_bf16_line("precision")
-    if skipped:
-        print(skipped)
+    if skips_emulated_bf16("precision"):
         return
     with tempfile.TemporaryDirectory() as tmp:
         for name, spec in SHAPES.items():

@@ -63,14 +63,15 @@ def ratio(times: dict[str, list[float]], new: str, old: str, stat=statistics.med
     return stat(times[new]) / stat(times[old])
 
 
-def emulated_bf16_line(bench: str) -> str | None:
-    """None where this CPU computes bf16 natively; else the one line a bench prints in place of its
-    bf16 figures. Why skip: torch emulates bf16 on such a CPU (a 25 M train step took ~27x its
-    float32 time on an AVX2 machine, docs/gpu.md), so a bf16 figure there measures the emulation
-    and the run takes hours."""
+def skips_emulated_bf16(bench: str) -> bool:
+    """False where this CPU computes bf16 natively; else prints the one line ``bench`` shows in
+    place of its bf16 figures and returns True. Why skip: torch emulates bf16 on such a CPU (a
+    25 M train step took ~27x its float32 time on an AVX2 machine, docs/gpu.md), so a bf16 figure
+    there measures the emulation and the run takes hours."""
     from heron.device import HOST, native_bf16
 
     if native_bf16(HOST):
-        return None
-    return (f"{bench}: bf16 skipped: this CPU has no avx512-bf16 or AMX, so torch would emulate bf16; "
-            "its figures are measured on a CPU or GPU with native bf16")
+        return False
+    print(f"{bench}: bf16 skipped: this CPU has no avx512-bf16 or AMX, so torch would emulate bf16; "
+          "its figures are measured on a CPU or GPU with native bf16")
+    return True

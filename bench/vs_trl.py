@@ -60,7 +60,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.side_by_side import emulated_bf16_line  # noqa: E402
+from bench.side_by_side import skips_emulated_bf16  # noqa: E402
 from heron.toy.addition import make_prompts  # noqa: E402
 from heron.toy.model import ToyModelSpec, create_toy_model  # noqa: E402
 
@@ -199,9 +199,7 @@ def main() -> None:
     unknown = sorted(set(names) - set(MODELS))
     if unknown:
         parser.error(f"--models: unknown {unknown}; choose from {list(MODELS)}")
-    skipped = emulated_bf16_line("vs_trl") if setup.precision == "bf16" else None
-    if skipped:
-        print(skipped)
+    if setup.precision == "bf16" and skips_emulated_bf16("vs_trl"):
         return
     python = trl_python(create=not args.no_venv)
     print(f"vs_trl: {PROMPTS} prompts x {SAMPLES} samples x {setup.new_tokens} new tokens, 1 optimizer step per rollout, "

@@ -124,11 +124,20 @@ def own_memory(module: torch.nn.Module) -> torch.nn.Module:
       into fresh memory) and the same run not colocated differed in the last bit of a logprob.
 
     On a GPU ``module.to(device)`` has already copied everything: nothing to do."""
-    with torch.no_grad():
-        for tensor in [*module.parameters(), *module.buffers()]:
-            if not tensor.untyped_storage().resizable():
-                tensor.data = tensor.data.clone()
+    for tensor in [*module.parameters(), *module.buffers()]:
+        copy_if_mapped(tensor)
     return module
+
+
+def copy_if_mapped(tensor: torch.Tensor, local: torch.Tensor | None = None) -> bool:
+    """Gives ``tensor`` a storage of its own, in place (``tensor.data = clone``: the same object
+    stays), when its storage -- or ``local``'s, a DTensor's local shard -- is not resizable: a
+    memory-mapped file, or numpy's memory. Returns whether it copied."""
+    if (tensor if local is None else local).untyped_storage().resizable():
+        return False
+    with torch.no_grad():
+        tensor.data = tensor.data.clone()
+    return True
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.distributed as dist
 
+from heron.device import copy_if_mapped
 from heron.residency.accounting import local_tensor
 from heron.residency.backend import select_backend
 from heron.residency.coordinator import Coordinator
@@ -37,14 +38,7 @@ def own_storages(inventory) -> int:
     a module that ``heron.device.place`` did not place, or from numpy) its own ordinary storage, in
     place (``tensor.data = clone``: the same Parameter/buffer objects stay), so the host-offload
     backend can free it. Returns how many."""
-    num_moved = 0
-    with torch.no_grad():
-        for tensors in inventory.values():
-            for tensor in tensors:
-                if not local_tensor(tensor).untyped_storage().resizable():
-                    tensor.data = tensor.data.clone()
-                    num_moved += 1
-    return num_moved
+    return sum(copy_if_mapped(tensor, local_tensor(tensor)) for tensors in inventory.values() for tensor in tensors)
 
 
 def attach(component, name: str, holdings: Holdings, *, offload: bool,

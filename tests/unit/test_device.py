@@ -1,7 +1,8 @@
 """The device seam (heron.device): how a device request resolves, the one-line errors for a
 device this machine or Ray cluster does not have, and that CPU placement is the identity for
 tensors in memory of their own (so ``run.device=cpu`` is the CUDA code path with another
-``torch.device``, computing what it did before). The CUDA side of the same calls is the GPU tier (tests/gpu)."""
+``torch.device``, computing what it did before). The CUDA side of the same calls is the GPU tier
+(tests/gpu)."""
 
 from __future__ import annotations
 
