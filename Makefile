@@ -8,7 +8,7 @@ export OMP_NUM_THREADS ?= 2
 export RAY_AUTH_MODE ?= disabled
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: demo test test-slow test-portability test-engines soak bench venv vllm-venv clean
+.PHONY: demo test test-slow test-portability test-floor test-engines soak bench venv vllm-venv clean
 
 venv: $(STAMP)
 
@@ -36,6 +36,22 @@ test-portability: $(STAMP)
 	ATEN_CPU_CAPABILITY=default $(PORTABLE)
 	ATEN_CPU_CAPABILITY=avx2 $(PORTABLE)
 	$(BIN)/python tests/busy_load.py -- $(PORTABLE)
+
+# The default tier on the oldest transformers pyproject.toml admits (the GPU machines' image has it),
+# in its own venv: requirements.txt's pins with transformers at its floor (tests/floor_requirements.py).
+FLOOR_VENV  := .venv-floor
+FLOOR_STAMP := $(FLOOR_VENV)/.installed
+
+$(FLOOR_STAMP): requirements.txt pyproject.toml tests/floor_requirements.py | $(STAMP)
+	test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_VENV)/bin/pip install -q --upgrade pip
+	$(BIN)/python tests/floor_requirements.py > $(FLOOR_VENV)/requirements.txt
+	$(FLOOR_VENV)/bin/pip install -q -r $(FLOOR_VENV)/requirements.txt
+	$(FLOOR_VENV)/bin/pip install -q --no-deps -e .
+	touch $(FLOOR_STAMP)
+
+test-floor: $(FLOOR_STAMP)
+	$(FLOOR_VENV)/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
 
 # Long soak (not in any other tier): 10,000 random residency sequences, 50 SIGKILLed
 # training runs resumed and compared bit for bit, 50 kills per save mode of a checkpoint writer.

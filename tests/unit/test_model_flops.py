@@ -25,13 +25,23 @@ def test_forward_and_training_flops_by_hand():
     assert float(cost.forward(torch.tensor([], dtype=torch.long))) == 0.0
 
 
+def _counted_without_rope(counter: FlopCounterMode) -> int:
+    """What ``counter`` counted, less the RoPE table's cos/sin product (``rotary_emb``). That product
+    is not model maths (no weights, no gradient, one [D/2] x [T] outer product per forward), and
+    whether torch counts it depends on transformers: 5.17 builds the table with a matmul (112
+    FLOPs for this file's models), 5.24 does not, so the comparisons below leave it out."""
+    rope = sum(sum(counts.values()) for name, counts in counter.get_flop_counts().items()
+               if name.endswith(".rotary_emb"))
+    return counter.get_total_flops() - rope
+
+
 @pytest.mark.parametrize("tied", [True, False])
 def test_the_cost_parts_are_what_torch_counts_for_the_model(tied):
     """torch's FlopCounterMode over a forward and backward of a Qwen3 model with eager attention
     (plain matmuls, the full T x T scores: T^2 pairs a row, not the causal T (T + 1) / 2) counts
-    3 x (2 x the linears' weights per token + per_pair per pair), plus the RoPE table's product
-    (2 x B x D/2 x T, forward only, no gradient). per_token also holds the norms' weights (the
-    estimate counts every non-embedding parameter), 2 FLOPs each per token."""
+    3 x (2 x the linears' weights per token + per_pair per pair), leaving out the RoPE table's
+    product (``_counted_without_rope``). per_token also holds the norms' weights (the estimate
+    counts every non-embedding parameter), 2 FLOPs each per token."""
     config = Qwen3Config(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=tied)
     config._attn_implementation = "eager"
@@ -44,7 +54,7 @@ def test_the_cost_parts_are_what_torch_counts_for_the_model(tied):
     cost = forward_cost(model)
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     expected = 3 * (2 * linear * rows * length + cost.per_pair * rows * length * length)
-    assert counter.get_total_flops() == expected
+    assert _counted_without_rope(counter) == expected
     norms = sum(m.weight.numel() for m in model.modules() if type(m).__name__.endswith("RMSNorm"))
     assert cost.per_token == 2 * (linear + norms)
     assert cost.per_pair == 4 * config.num_hidden_layers * config.num_attention_heads * config.head_dim
@@ -78,7 +88,7 @@ def test_with_lora_only_the_adapters_weights_get_gradients():
     norms = sum(m.weight.numel() for m in model.modules() if type(m).__name__.endswith("RMSNorm"))
     full_scores = 3 * cost.per_pair * rows * (length * length - length * (length + 1) // 2)  # eager: T^2 pairs
     not_matmuls = 2 * 2 * norms * rows * length  # the norms' weights in per_token, forward and input gradient
-    assert counter.get_total_flops() == float(cost.training(lengths)) - skipped + full_scores - not_matmuls
+    assert _counted_without_rope(counter) == float(cost.training(lengths)) - skipped + full_scores - not_matmuls
 
 
 def _trained(trainer, batch) -> tuple[float, torch.Tensor]:

@@ -111,3 +111,21 @@ def test_each_feature_check_names_an_extra_that_provides_its_modules():
         for module in extra.modules:
             dists = {canonicalize_name(d) for d in owners.get(module, [])}
             assert dists & names, f"heron[{extra.name}] does not install module {module} ({sorted(dists)})"
+
+
+def test_the_floor_venv_pins_transformers_at_pyprojects_floor_and_keeps_every_other_pin():
+    """`make test-floor`'s requirements (tests/floor_requirements.py): transformers at the ``>=``
+    bound of its pyproject range, which the range admits; every other line as requirements.txt."""
+    from tests.floor_requirements import floor_requirements
+
+    floored = floor_requirements().splitlines()
+    original = (REPO / "requirements.txt").read_text().splitlines()
+    assert len(floored) == len(original)
+    changed = [(old, new) for old, new in zip(original, floored) if old != new]
+    assert len(changed) == 1, changed
+    (declared,) = [r for r in _declared()[""] if canonicalize_name(r.name) == "transformers"]
+    floor = Requirement(changed[0][1].split("#")[0])
+    assert canonicalize_name(floor.name) == "transformers"
+    (spec,) = floor.specifier
+    assert spec.operator == "==" and declared.specifier.contains(spec.version), (floor, declared)
+    assert f">={spec.version}" in str(declared.specifier), (floor, declared)
