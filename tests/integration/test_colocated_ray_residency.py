@@ -149,7 +149,7 @@ def test_colocated_actors_take_turns_and_match_disaggregated(ray_session, toy_mo
     assert apart[-1]["memory/trainer-rank-0_released_bytes"] == 0
     for ours, theirs in zip(colocated, apart):
         assert comparable(ours) == comparable(theirs)
-    assert_roundoff_mismatch(colocated, colocated_cfg)  # the mismatch, left out above: round-off only
+    assert_roundoff_mismatch(colocated, colocated_cfg)  # the mismatch (equal above) is round-off only
     assert_roundoff_mismatch(apart, apart_cfg)
     assert colocated[-1]["train/grad_norm"] > 0  # it trained on something
     assert colocated_weights.keys() == apart_weights.keys()
