@@ -4,10 +4,10 @@ Two trainers of the same model, built by heron's own path (``build_trainer``), o
 ``train.compile=true``, train on the same batch of bench/vs_trl.py's shape (32 rows: 5 prompt
 and 32 response tokens, one micro-batch, one optimizer step), alternately, on the issue's 3.2 M
 and 25 M shapes, in float32 and bf16 mixed precision (bf16 only on a CPU with it natively). The
-compiled trainer's first step (the compile) is timed apart and not in the ratio. Last line per case: ``compile:
-train_step_s_compiled_vs_eager=<median of the per-pair ratios> first_step_s=<seconds>`` (< 1:
-compiled is faster; the first step is what a run pays once, from inductor's cache when it holds
-the graph).
+compiled trainer's first step (the compile) is timed apart and not in the ratio. Last line per
+case: ``compile: train_step_s_compiled_vs_eager=<median of the per-pair ratios>
+first_step_s=<seconds>`` (< 1: compiled is faster; the first step is what a run pays once, from
+inductor's cache when it holds the graph).
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/compile.py [--precisions fp32,bf16] [--repeats 8]
 """

@@ -45,8 +45,10 @@ def floor_requirements() -> str:
     lines = []
     for line in (REPO / "requirements.txt").read_text().splitlines():
         spec = line.split("#")[0].strip()
-        name = canonicalize_name(Requirement(spec).name) if spec else None
-        lines.append(f"{Requirement(spec).name}=={floors.pop(name)}  # pyproject's floor" if name in floors else line)
+        req = Requirement(spec) if spec else None
+        if req is not None and canonicalize_name(req.name) in floors:
+            line = f"{req.name}=={floors.pop(canonicalize_name(req.name))}  # pyproject's floor"
+        lines.append(line)
     if floors:
         raise SystemExit(f"requirements.txt pins none of {sorted(floors)}")
     return "\n".join(lines) + "\n"

@@ -67,8 +67,9 @@ class TrainConfig:
     compile: bool = doc(
         "torch.compile each of the policy's decoder layers, and the critic's (regional compilation: one graph per "
         "layout, padded or shared prompts, reused by every layer and batch shape): inductor fuses each layer's "
-        "elementwise ops (norms, RoPE, activation, autocast's casts) forward and backward. Pays on long runs of larger models: the first train step "
-        "compiles (~15-40 s on 2 CPU cores; needs a C++ compiler on a CPU, Triton on a GPU). The same maths "
+        "elementwise ops (norms, RoPE, activation, autocast's casts) forward and backward. Pays on long runs of "
+        "larger models: the first train step compiles (~15-40 s on 2 CPU cores; needs a C++ compiler on a CPU, "
+        "Triton on a GPU). The same maths "
         "in another rounding order (heron.trainer.compile).",
         False,
     )
