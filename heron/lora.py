@@ -111,6 +111,11 @@ class AdaptersDisabled(torch.nn.Module):
         forward reads, e.g. the decoder layers a shared-prompt forward must route)."""
         return self.policy.config
 
+    def get_output_embeddings(self) -> torch.nn.Module:
+        """The policy's output head: the one this view's forward runs (through its adapter, if
+        LoRA targets the head, disabled here), for heron.trainer.lm_head_chunks."""
+        return self.policy.get_output_embeddings()
+
     def forward(self, *args, **kwargs):
         policy = self.policy
         training = policy.training

@@ -225,7 +225,10 @@ def advantage(rewards):
                 "normalizer the loss-token count of the whole mini-batch; other aggregations and algo.off_policy "
                 "put per-token weights into loss_mask and their normaliser into normalizer (see "
                 "heron.algo.loss_agg). old_logprobs is pi_old, no gradient (one step on-policy: the same "
-                "forward's logprobs, detached; see heron.trainer.old_logprobs). Return a PolicyLossOutput."
+                "forward's logprobs, detached; see heron.trainer.old_logprobs). logprobs [B, L-1] hold values only "
+                "where a position predicts an answer token; elsewhere (loss_mask is 0 there) they are 0 when the "
+                "output head ran at the answer positions alone (heron.trainer.lm_head_chunks) or the prompt was "
+                "shared (heron.trainer.shared_prompts). Return a PolicyLossOutput."
             ),
             example="""\
 def policy_loss(logprobs, old_logprobs, advantages, loss_mask, *, clip_low, clip_high, normalizer):

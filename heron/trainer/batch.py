@@ -82,6 +82,15 @@ class TrainBatch:
         for start in range(0, len(self), size):
             yield self.select(slice(start, start + size))
 
+    def answer_positions(self) -> torch.Tensor | None:
+        """[B, L-1] bool: the positions that predict an answer token (from the prompt's last token
+        to the one before the row's last), or None when the prompt lengths are unknown."""
+        if self.prompt_lengths is None:
+            return None
+        t = torch.arange(self.loss_mask.shape[1], device=self.input_ids.device)  # [L-1]
+        ends = self.attention_mask.sum(dim=-1, keepdim=True) - 1  # [B, 1]: positions that predict a token
+        return (t >= self.prompt_lengths[:, None].to(t.device) - 1) & (t < ends)
+
     @property
     def num_loss_tokens(self) -> float:
         return float(self.loss_mask.sum())

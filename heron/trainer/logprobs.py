@@ -34,34 +34,41 @@ def forward_logprobs(
     chunk_size: int = 0,
     forward_context: ForwardContext = plain_forward,
     layout: SharedLayout | None = None,
+    scored: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Returns (logprobs [B, L-1], entropy [B, L-1] or None), both float32. ``forward_context``
     wraps the model's forward only (mixed precision and the attention kernel, heron.trainer.precision): the
     log-softmax and everything after it run in float32. ``chunk_size`` > 0: the output head
     runs that many positions at a time (heron.trainer.lm_head_chunks). ``layout``: the batch
     packed so that the samples of a prompt share it (heron.trainer.shared_prompts); positions
-    that predict no answer token are then 0."""
+    that predict no answer token are then 0. ``scored`` [B, L-1] bool: the positions whose
+    values are wanted (the answer positions, ``TrainBatch.answer_positions``); the output head
+    runs at those alone and the others are 0 (heron.trainer.lm_head_chunks; None: every
+    position)."""
     if layout is None:
         return _sequence_logprobs(model, input_ids, {"attention_mask": attention_mask}, temperature, with_entropy,
-                                  chunk_size, forward_context)
+                                  chunk_size, forward_context, scored=scored)
     install_grouped_attention()
     inputs = {"attention_mask": placeholder_mask(len(layout.input_ids), input_ids.device),
               "position_ids": layout.position_ids, GROUPS_KEYWORD: layout.groups}
+    packed_scored = None if scored is None else layout.packed_positions(scored)
     with layout.groups.counting(num_decoder_layers(model)):
         logprobs, entropy = _sequence_logprobs(model, layout.input_ids, inputs, temperature, with_entropy, chunk_size,
-                                               forward_context, layout.attention_length)
+                                               forward_context, layout.attention_length, packed_scored)
     return layout.gather(logprobs), None if entropy is None else layout.gather(entropy)
 
 
 def _sequence_logprobs(model, input_ids, inputs, temperature, with_entropy, chunk_size, forward_context,
-                       attention_length=None):
+                       attention_length=None, scored=None):
     """(logprobs, entropy or None) [R, S-1] of rows ``input_ids`` [R, S]; ``inputs``: the
     model's other keyword arguments (the mask, position ids); ``attention_length``: the most keys
-    a query's attention runs over, for the kernel choice (default S)."""
+    a query's attention runs over, for the kernel choice (default S); ``scored`` [R, S-1] bool:
+    the positions the head runs at (None: all)."""
     targets = input_ids[:, 1:]  # [R, S-1]
     length = attention_length or input_ids.shape[1]
-    if 0 < chunk_size < targets.shape[1]:
-        with forward_context(length), head_in_chunks(model, targets, temperature, with_entropy, chunk_size) as head:
+    if scored is not None or 0 < chunk_size < targets.shape[1]:
+        with forward_context(length), head_in_chunks(model, targets, temperature, with_entropy, chunk_size,
+                                                     scored) as head:
             out = model(input_ids=input_ids, **inputs, use_cache=False).logits  # [R, S, k]
         return head.results(out)
     with forward_context(length):

@@ -5,8 +5,9 @@
 Why model FLOPs (the PaLM paper's appendix B; torchtitan and verl report the same figure): the
 arithmetic the model's maths needs for the tokens, from the model's shape alone, so it compares
 across kernels, layouts and machines. Work a kernel repeats or skips does not change it:
-padding, activation checkpointing's recompute and the prompt tokens that the shared-prompt
-layout runs once per group are not in it.
+padding and activation checkpointing's recompute are not in it, and the prompt tokens that the
+shared-prompt layout runs once per group, and the output head at the prompt positions, which
+heron.trainer.lm_head_chunks skips, are counted as if they ran.
 
 A token costs ``per_token = 2 W`` FLOPs in the linear layers (W: every parameter but the input
 embeddings, the output head included even when tied to them, norms too; one multiply-add each), and a

@@ -26,6 +26,7 @@ from heron.residency import Holdings, Resident, host_only, needs_device
 from heron.residency.snapshot import host_snapshot
 from heron.trainer.batch import TrainBatch
 from heron.trainer.logprob_mismatch import combine_stats, mismatch_metrics, mismatch_stats
+from heron.trainer.lm_head_chunks import plain_head_reason
 from heron.trainer.logprobs import forward_logprobs
 from heron.trainer.lr_schedule import build_scheduler
 from heron.trainer.model_flops import ForwardCost, forward_cost
@@ -78,6 +79,7 @@ class PolicyTrainer(Resident):
         self.flops = _forward_cost(model)  # model FLOPs per token and attention pair (None: not sized)
         self._model_flops: torch.Tensor | float = 0.0  # of the forwards and backwards since train() began
         self._share_cost = self._prompt_sharing(model)  # None: one padded row per sample (heron.trainer.shared_prompts)
+        self._answers_only = self._answer_head(model)  # the head at the answer positions only (lm_head_chunks)
         self._shards: ModuleShards | None = None  # checkpoint writer of this process, made at the first save
         self._publish_weights()
 
@@ -220,8 +222,18 @@ class PolicyTrainer(Resident):
         return forward_logprobs(
             model, micro.input_ids, micro.attention_mask, self.temperature, with_entropy,
             chunk_size=self.cfg.logprob_chunk_size, forward_context=self._forward_context,
-            layout=self._shared_layout(micro),
+            layout=self._shared_layout(micro), scored=micro.answer_positions() if self._answers_only else None,
         )
+
+    @staticmethod
+    def _answer_head(model: torch.nn.Module) -> bool:
+        """Whether the output head runs at the answer positions alone (heron.trainer.lm_head_chunks):
+        nothing reads a logprob elsewhere. The reference takes the policy's choice: it is the same
+        model (``model.path``, or the policy with its LoRA adapters disabled)."""
+        reason = plain_head_reason(model)
+        if reason is not None:
+            log.info("output head: at every position (%s)", reason)
+        return reason is None
 
     def _prompt_sharing(self, model: torch.nn.Module) -> ForwardCost | None:
         """The cost model of ``train.share_prompts`` for the policy (heron.trainer.shared_prompts),

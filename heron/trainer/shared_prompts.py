@@ -115,6 +115,14 @@ class SharedLayout:
         allowed = causal & ((key == SHARED) | (key == query)) & (query != PADDING) & (key != PADDING)
         return (allowed | torch.eye(width, dtype=torch.bool, device=self.segments.device))[:, None]
 
+    def packed_positions(self, positions: torch.Tensor) -> torch.Tensor:
+        """Batch positions [B, L-1] bool -> [G, S-1] bool, True at the packed positions that
+        ``gather`` takes the valid ones of them from."""
+        out = torch.zeros(self.input_ids.shape[0] * (self.input_ids.shape[1] - 1), dtype=torch.bool,
+                          device=self.source.device)  # [G (S-1)]
+        out[self.source[self.valid & positions]] = True
+        return out.view(self.input_ids.shape[0], -1)
+
     def gather(self, packed: torch.Tensor) -> torch.Tensor:
         """Packed per-position values [G, S-1] -> the batch's [B, L-1], 0 where nothing is predicted."""
         out = packed.reshape(-1)[self.source.reshape(-1)].view(self.source.shape)  # [B, L-1]
