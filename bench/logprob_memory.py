@@ -4,9 +4,12 @@ item 5).
 
 A tiny random Qwen3 (hidden 64, 2 layers) with a 32 k and a 152 k (Qwen's) vocabulary, 2 rows x
 128 tokens: one forward + backward of logprobs and entropy (the trainer's training forward), once
-whole (chunk 0) and once in chunks of 16 positions. Peak memory above the step's start, each
+whole (chunk 0) and once in chunks of 16 positions, both with the entropy in the loss (an entropy
+bonus); and once whole with the entropy a metric only (``entropy_grad=False``: what the trainer
+runs without ``algo.entropy_coef``, so autograd keeps no ``exp(log_softmax)``). Peak memory above the step's start, each
 measurement in a fresh process (bench/peak_memory.py). The order of the two modes alternates over repeats (REPEATS; 1 on a loaded 2-core machine). Last line per vocabulary:
-``logprob_memory: peak_chunked_vs_full=<ratio> time_chunked_vs_full=<ratio> [V=...]``.
+``logprob_memory: peak_chunked_vs_full=<ratio> time_chunked_vs_full=<ratio>
+peak_metric_entropy_vs_full=<ratio> [V=...]``.
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/logprob_memory.py
 """
@@ -27,7 +30,7 @@ VOCABS = (32_000, 151_936)
 REPEATS = 1
 
 
-def child(vocab_size: int, chunk_size: int) -> None:
+def child(vocab_size: int, chunk_size: int, metric_entropy: bool) -> None:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -42,35 +45,42 @@ def child(vocab_size: int, chunk_size: int) -> None:
 
     def step() -> float:
         start = time.perf_counter()
-        logprobs, entropy = forward_logprobs(model, input_ids, mask, 1.0, with_entropy=True, chunk_size=chunk_size)
-        (logprobs.sum() - 0.01 * entropy.sum()).backward()
+        logprobs, entropy = forward_logprobs(model, input_ids, mask, 1.0, with_entropy=True, chunk_size=chunk_size,
+                                             entropy_grad=not metric_entropy)
+        (logprobs.sum() - (0 if metric_entropy else 0.01) * entropy.sum()).backward()
         model.zero_grad(set_to_none=False)  # keep the grads allocated: the same baseline every step
         return time.perf_counter() - start
 
     report_step(step)
 
 
-def measure(vocab_size: int, chunk_size: int) -> dict:
-    return measure_in_child(__file__, str(vocab_size), str(chunk_size))
+MODES = {"full": (0, False), "chunks": (CHUNK, False), "metric": (0, True)}  # name -> (chunk size, metric entropy)
+
+
+def measure(vocab_size: int, mode: str) -> dict:
+    chunk, metric = MODES[mode]
+    return measure_in_child(__file__, str(vocab_size), str(chunk), str(int(metric)))
 
 
 def main() -> None:
     for vocab in VOCABS:
-        runs: dict[int, list[dict]] = {0: [], CHUNK: []}
+        runs: dict[str, list[dict]] = {mode: [] for mode in MODES}
         for repeat in range(REPEATS):
-            for chunk in ((0, CHUNK) if repeat % 2 == 0 else (CHUNK, 0)):
-                runs[chunk].append(measure(vocab, chunk))
+            for mode in list(MODES)[:: 1 if repeat % 2 == 0 else -1]:
+                runs[mode].append(measure(vocab, mode))
         peak = {c: statistics.median(r["peak_mib"] for r in rs) for c, rs in runs.items()}
         secs = {c: statistics.median(r["seconds"] for r in rs) for c, rs in runs.items()}
         full_tensor = ROWS * (LENGTH - 1) * vocab * 4 / 2**20
-        print(f"V={vocab}: one [B, T, V] float32 = {full_tensor:.0f} MiB; peak above start: full {peak[0]:.0f} MiB, "
-              f"chunks of {CHUNK} {peak[CHUNK]:.0f} MiB; step full {secs[0]:.3f} s, chunked {secs[CHUNK]:.3f} s")
-        print(f"logprob_memory: peak_chunked_vs_full={peak[CHUNK] / peak[0]:.2f} "
-              f"time_chunked_vs_full={secs[CHUNK] / secs[0]:.2f}  [V={vocab}, {ROWS}x{LENGTH} tokens]")
+        print(f"V={vocab}: one [B, T, V] float32 = {full_tensor:.0f} MiB; peak above start: full {peak['full']:.0f} MiB, "
+              f"chunks of {CHUNK} {peak['chunks']:.0f} MiB, full with a metric entropy {peak['metric']:.0f} MiB; "
+              f"step full {secs['full']:.3f} s, chunked {secs['chunks']:.3f} s")
+        print(f"logprob_memory: peak_chunked_vs_full={peak['chunks'] / peak['full']:.2f} "
+              f"time_chunked_vs_full={secs['chunks'] / secs['full']:.2f} "
+              f"peak_metric_entropy_vs_full={peak['metric'] / peak['full']:.2f}  [V={vocab}, {ROWS}x{LENGTH} tokens]")
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "child":
-        child(int(sys.argv[2]), int(sys.argv[3]))
+        child(int(sys.argv[2]), int(sys.argv[3]), bool(int(sys.argv[4])))
     else:
         main()

@@ -59,11 +59,16 @@ PLAIN_HEAD_MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "
                           "gemma")
 
 
-def position_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool):
-    """logits [B, c, V], targets [B, c] -> (logprobs [B, c], entropy [B, c] or None), float32."""
+def position_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool,
+                      entropy_grad: bool = True):
+    """logits [B, c, V], targets [B, c] -> (logprobs [B, c], entropy [B, c] or None), float32.
+    ``entropy_grad=False``: the entropy is computed outside autograd (a metric), so its
+    ``exp(log_softmax)`` [B, c, V] is not kept for a backward."""
     log_softmax = torch.log_softmax(logits.float() / temperature, dim=-1)  # [B, c, V]
     logprobs = log_softmax.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # [B, c]
-    return logprobs, entropy_from_logprobs(log_softmax) if with_entropy else None
+    if not with_entropy:
+        return logprobs, None
+    return logprobs, entropy_from_logprobs(log_softmax if entropy_grad else log_softmax.detach())
 
 
 class HeadChunks:
@@ -75,7 +80,8 @@ class HeadChunks:
     positions it marks are)."""
 
     def __init__(self, head_forward: Callable, targets: torch.Tensor, temperature: float,
-                 with_entropy: bool, chunk_size: int, model_name: str, scored: torch.Tensor | None = None):
+                 with_entropy: bool, chunk_size: int, model_name: str, scored: torch.Tensor | None = None,
+                 entropy_grad: bool = True):
         self.head_forward = head_forward
         self.targets = targets  # [B, T]
         self.temperature = temperature
@@ -83,6 +89,7 @@ class HeadChunks:
         self.chunk_size = chunk_size
         self.model_name = model_name
         self.scored = scored  # [B, T] bool, or None: every position
+        self.entropy_grad = entropy_grad  # False: the entropy is a metric (``position_logprobs``)
         self.output: torch.Tensor | None = None  # [B, T + 1, k]
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:  # hidden [B, T + 1, H]
@@ -115,7 +122,8 @@ class HeadChunks:
         """hidden [B, c, H], targets [B, c] -> [B, c, k]: logprob (and entropy) per position."""
         logits = self.head_forward(hidden)  # [B, c, V]
         with torch.autocast(hidden.device.type, enabled=False):
-            logprobs, entropy = position_logprobs(logits, targets, self.temperature, self.with_entropy)
+            logprobs, entropy = position_logprobs(logits, targets, self.temperature, self.with_entropy,
+                                                  self.entropy_grad)
         return torch.stack([logprobs, entropy], dim=-1) if entropy is not None else logprobs.unsqueeze(-1)
 
     def results(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -133,7 +141,9 @@ class HeadChunks:
                 "(it scales or soft-caps them), so the head cannot run per chunk; set train.logprob_chunk_size=0"
             )
         out = self.output[:, : self.targets.shape[1]]  # [B, T, k]
-        return out[..., 0], out[..., 1] if self.with_entropy else None
+        if not self.with_entropy:
+            return out[..., 0], None
+        return out[..., 0], out[..., 1] if self.entropy_grad else out[..., 1].detach()
 
 
 def output_head(model: torch.nn.Module) -> torch.nn.Module:
@@ -165,13 +175,15 @@ def plain_head_reason(model: torch.nn.Module) -> str | None:
 
 @contextmanager
 def head_in_chunks(model: torch.nn.Module, targets: torch.Tensor, temperature: float, with_entropy: bool,
-                   chunk_size: int, scored: torch.Tensor | None = None) -> Iterator[HeadChunks]:
+                   chunk_size: int, scored: torch.Tensor | None = None,
+                   entropy_grad: bool = True) -> Iterator[HeadChunks]:
     """Within the block, ``model``'s output head computes logprobs per chunk instead of logits,
     at the positions ``scored`` [B, T] marks (None: all); its own ``forward`` (an instance
     attribute, if it had one) is restored on every exit."""
     head = output_head(model)
     own = head.__dict__.get("forward")
-    chunks = HeadChunks(head.forward, targets, temperature, with_entropy, chunk_size, type(model).__name__, scored)
+    chunks = HeadChunks(head.forward, targets, temperature, with_entropy, chunk_size, type(model).__name__, scored,
+                        entropy_grad)
     head.forward = chunks
     try:
         yield chunks

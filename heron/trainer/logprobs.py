@@ -35,6 +35,7 @@ def forward_logprobs(
     forward_context: ForwardContext = plain_forward,
     layout: SharedLayout | None = None,
     scored: torch.Tensor | None = None,
+    entropy_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Returns (logprobs [B, L-1], entropy [B, L-1] or None), both float32. ``forward_context``
     wraps the model's forward only (mixed precision and the attention kernel, heron.trainer.precision): the
@@ -44,36 +45,37 @@ def forward_logprobs(
     that predict no answer token are then 0. ``scored`` [B, L-1] bool: the positions whose
     values are wanted (the answer positions, ``TrainBatch.answer_positions``); the output head
     runs at those alone and the others are 0 (heron.trainer.lm_head_chunks; None: every
-    position)."""
+    position). ``entropy_grad=False``: the entropy is a metric, computed outside autograd."""
+    head = {"temperature": temperature, "with_entropy": with_entropy, "chunk_size": chunk_size,
+            "entropy_grad": entropy_grad}
     if layout is None:
-        return _sequence_logprobs(model, input_ids, {"attention_mask": attention_mask}, temperature, with_entropy,
-                                  chunk_size, forward_context, scored=scored)
+        return _sequence_logprobs(model, input_ids, {"attention_mask": attention_mask}, forward_context, head,
+                                  scored=scored)
     install_grouped_attention()
     inputs = {"attention_mask": placeholder_mask(len(layout.input_ids), input_ids.device),
               "position_ids": layout.position_ids, GROUPS_KEYWORD: layout.groups}
     packed_scored = None if scored is None else layout.packed_positions(scored)
     with layout.groups.counting(num_decoder_layers(model)):
-        logprobs, entropy = _sequence_logprobs(model, layout.input_ids, inputs, temperature, with_entropy, chunk_size,
-                                               forward_context, layout.attention_length, packed_scored)
+        logprobs, entropy = _sequence_logprobs(model, layout.input_ids, inputs, forward_context, head,
+                                               layout.attention_length, packed_scored)
     return layout.gather(logprobs), None if entropy is None else layout.gather(entropy)
 
 
-def _sequence_logprobs(model, input_ids, inputs, temperature, with_entropy, chunk_size, forward_context,
-                       attention_length=None, scored=None):
+def _sequence_logprobs(model, input_ids, inputs, forward_context, head: dict, attention_length=None, scored=None):
     """(logprobs, entropy or None) [R, S-1] of rows ``input_ids`` [R, S]; ``inputs``: the
-    model's other keyword arguments (the mask, position ids); ``attention_length``: the most keys
-    a query's attention runs over, for the kernel choice (default S); ``scored`` [R, S-1] bool:
-    the positions the head runs at (None: all)."""
+    model's other keyword arguments (the mask, position ids); ``head``: what the output head
+    computes (``forward_logprobs``' temperature, with_entropy, chunk_size and entropy_grad);
+    ``attention_length``: the most keys a query's attention runs over, for the kernel choice
+    (default S); ``scored`` [R, S-1] bool: the positions the head runs at (None: all)."""
     targets = input_ids[:, 1:]  # [R, S-1]
     length = attention_length or input_ids.shape[1]
-    if scored is not None or 0 < chunk_size < targets.shape[1]:
-        with forward_context(length), head_in_chunks(model, targets, temperature, with_entropy, chunk_size,
-                                                     scored) as head:
+    if scored is not None or 0 < head["chunk_size"] < targets.shape[1]:
+        with forward_context(length), head_in_chunks(model, targets, scored=scored, **head) as chunks:
             out = model(input_ids=input_ids, **inputs, use_cache=False).logits  # [R, S, k]
-        return head.results(out)
+        return chunks.results(out)
     with forward_context(length):
         logits = model(input_ids=input_ids, **inputs, use_cache=False).logits  # [R, S, V]
-    return token_logprobs(logits, targets, temperature, with_entropy)
+    return token_logprobs(logits, targets, head["temperature"], head["with_entropy"], head["entropy_grad"])
 
 
 def token_logprobs(
@@ -81,6 +83,7 @@ def token_logprobs(
     targets: torch.Tensor,  # [B, T] long
     temperature: float,
     with_entropy: bool,
+    entropy_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(logprobs [B, T], entropy [B, T] or None) of ``targets`` from whole logits."""
-    return position_logprobs(logits[:, : targets.shape[1]], targets, temperature, with_entropy)
+    return position_logprobs(logits[:, : targets.shape[1]], targets, temperature, with_entropy, entropy_grad)

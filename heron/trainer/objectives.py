@@ -31,6 +31,9 @@ class Objective(Protocol):
     # a row whose advantages are all 0 adds exactly 0 to the loss and its gradient, so the trainer
     # may leave it out of the forward (heron.trainer.zero_advantage)
     zero_advantage_idle: bool
+    # the loss differentiates the entropy (algo.entropy_coef > 0); else it is a metric, and the
+    # training forward computes it without an autograd graph (heron.trainer.lm_head_chunks)
+    entropy_in_loss: bool
 
     def denominators(self, loss_mask: torch.Tensor) -> tuple[float, float]:
         """(loss, metric) sums of one mini-batch share, before the all-reduce (heron.algo.loss_agg)."""
@@ -62,6 +65,7 @@ class PolicyObjective:
         self.compares_with_engine = cfg.off_policy.mode != "none"
         # every built-in policy loss is linear in A; a KL or entropy term in the loss, or a hook, may not be
         self.zero_advantage_idle = policy_loss is None and not self.needs_reference and cfg.entropy_coef == 0
+        self.entropy_in_loss = cfg.entropy_coef > 0
         self.max_response_tokens = max_response_tokens  # L of seq-mean-token-sum-norm (rollout.max_new_tokens)
 
     def denominators(self, loss_mask):
@@ -113,6 +117,7 @@ class SFTObjective:
     needs_reference = False
     compares_with_engine = False
     zero_advantage_idle = False  # every answer token has a gradient
+    entropy_in_loss = False  # a metric only
 
     def denominators(self, loss_mask):
         return loss_agg.denominators(loss_mask, "token-mean")

@@ -190,7 +190,8 @@ class PolicyTrainer(Resident):
         loss_sum = 0.0
         for part in parts:
             micro = part.batch
-            logprobs, entropy = self._model_logprobs(self.model, micro, with_entropy=True)
+            logprobs, entropy = self._model_logprobs(self.model, micro, with_entropy=True,
+                                                     entropy_grad=self.objective.entropy_in_loss)
             ref = part.take(ref_logprobs) if ref_logprobs is not None else None
             if self.old_logprob_plan.source == "training_forward":  # the weights pi_old is defined at
                 micro = self._own_old_logprobs(micro, logprobs)
@@ -211,7 +212,8 @@ class PolicyTrainer(Resident):
         self.optimizer.zero_grad(set_to_none=True)
         return sums, True
 
-    def _model_logprobs(self, model: torch.nn.Module, micro: TrainBatch, with_entropy: bool = False):
+    def _model_logprobs(self, model: torch.nn.Module, micro: TrainBatch, with_entropy: bool = False,
+                        entropy_grad: bool = True):
         """(logprobs, entropy or None) [b, l-1] of ``micro`` under ``model``, float32
         (heron.trainer.logprobs; ``train.precision``: heron.trainer.precision). Counts the forward's
         model FLOPs, and its backward's when autograd records it (one follows)."""
@@ -223,6 +225,7 @@ class PolicyTrainer(Resident):
             model, micro.input_ids, micro.attention_mask, self.temperature, with_entropy,
             chunk_size=self.cfg.logprob_chunk_size, forward_context=self._forward_context,
             layout=self._shared_layout(micro), scored=micro.answer_positions() if self._answers_only else None,
+            entropy_grad=entropy_grad,
         )
 
     @staticmethod
