@@ -11,9 +11,8 @@ import torch
 from heron.config.algo import AlgoConfig
 from heron.trainer.logprobs import forward_logprobs
 from heron.trainer.objectives import PolicyObjective, SFTObjective
-from heron.trainer.policy_trainer import PolicyTrainer
-from heron.config.train import TrainConfig
 from tests.unit.test_logprobs_chunked import _inputs, _wide_vocab_model
+from tests.unit.test_packing import _trainer
 from tests.unit.test_trainer import _rollout
 
 
@@ -57,14 +56,10 @@ def test_only_an_entropy_bonus_differentiates_the_entropy(toy_model_dir):
     _, _, batch = _rollout(toy_model_dir)
     updates = []
     for coef in (0.0, 1.0):
-        from transformers import AutoModelForCausalLM
-
-        model = AutoModelForCausalLM.from_pretrained(toy_model_dir, dtype=torch.float32)
-        initial = {k: v.clone() for k, v in model.state_dict().items()}
-        trainer = PolicyTrainer(model, TrainConfig(lr=1e-3, micro_batch_size=8), PolicyObjective(AlgoConfig(entropy_coef=coef)),
-                                total_steps=10)
+        trainer = _trainer(toy_model_dir, entropy_coef=coef, micro_batch_size=8)
+        initial = {k: v.clone() for k, v in trainer.model.state_dict().items()}
         metrics = trainer.train(batch)
-        updates.append(torch.cat([(v - initial[k]).flatten() for k, v in model.state_dict().items()]))
+        updates.append(torch.cat([(v - initial[k]).flatten() for k, v in trainer.model.state_dict().items()]))
         assert metrics["entropy"] > 0
     # the bonus's gradient moves the weights: an entropy computed outside autograd would leave
     # the update of coef 1 equal to coef 0's

@@ -120,9 +120,9 @@ def test_token_level_advantages_pack_like_rows(toy_model_dir):
     assert_sums_close(m_packed["pg_loss"], m_rows["pg_loss"], n=n, magnitude=abs(m_rows["pg_loss"]) + 1.0, what="pg_loss")
 
 
-def _trainer(model_dir, loss_agg="token-mean", **train_kw) -> PolicyTrainer:
+def _trainer(model_dir, loss_agg="token-mean", entropy_coef=0.0, **train_kw) -> PolicyTrainer:
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    objective = PolicyObjective(AlgoConfig(loss_agg=loss_agg), max_response_tokens=MAX_NEW_TOKENS)
+    objective = PolicyObjective(AlgoConfig(loss_agg=loss_agg, entropy_coef=entropy_coef), max_response_tokens=MAX_NEW_TOKENS)
     # eps = grad_clip = 1: AdamW's update is Lipschitz in the gradient (tests/tolerance.py, rule 3)
     return PolicyTrainer(model, TrainConfig(lr=1e-3, eps=1.0, **train_kw), objective, total_steps=10)
 
