@@ -28,7 +28,7 @@ sliding-window layers are counted as full causal attention.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -36,11 +36,20 @@ import torch
 @dataclass(frozen=True)
 class ForwardCost:
     """Estimated FLOPs of a forward: per token (linear layers) and per query-key pair (attention);
-    and of a backward's weight gradients per token (None: every weight trains, ``per_token``)."""
+    and of a backward's weight gradients per token (None: every weight trains, ``per_token``).
+    ``head_per_token`` is the output head's part of ``per_token`` (2 V H)."""
 
     per_token: float
     per_pair: float
     weight_grads_per_token: float | None = None
+    head_per_token: float = 0.0
+
+    def without_head(self) -> "ForwardCost":
+        """The cost of the work that grows with a layout's positions when the output head runs at
+        the answer positions only (heron.trainer.lm_head_chunks): every layout then runs the head
+        at the same N positions, so ``train.share_prompts``' choice between layouts leaves it out.
+        Not for ``train/model_flops``, which counts the head at every position (module docstring)."""
+        return replace(self, per_token=self.per_token - self.head_per_token, head_per_token=0.0)
 
     def of(self, tokens: int, pairs: int) -> float:
         return tokens * self.per_token + pairs * self.per_pair
@@ -70,7 +79,7 @@ def model_config(model: torch.nn.Module):
 def forward_cost(model: torch.nn.Module) -> ForwardCost:
     """``model``'s per-token and per-pair FLOPs (module docstring). The output head counts once:
     a separate head is among the non-embedding parameters already; a head tied to the input
-    embeddings is added as V x H."""
+    embeddings is added as V x H. Either way ``head_per_token`` is its 2 V H."""
     config = model_config(model)
     embeddings = {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
     layers = [p for p in model.parameters() if id(p) not in embeddings]
@@ -81,4 +90,5 @@ def forward_cost(model: torch.nn.Module) -> ForwardCost:
     per_pair = 4 * config.num_hidden_layers * config.num_attention_heads * head_dim
     trained = sum(p.numel() for p in layers if p.requires_grad) + trained_head
     return ForwardCost(per_token=2.0 * (sum(p.numel() for p in layers) + head), per_pair=float(per_pair),
-                       weight_grads_per_token=2.0 * trained)
+                       weight_grads_per_token=2.0 * trained,
+                       head_per_token=2.0 * config.vocab_size * config.hidden_size)

@@ -78,8 +78,8 @@ class PolicyTrainer(Resident):
         self._forward_context = forward_context(cfg.precision, model, cfg.attention_backend)  # heron.trainer.precision
         self.flops = _forward_cost(model)  # model FLOPs per token and attention pair (None: not sized)
         self._model_flops: torch.Tensor | float = 0.0  # of the forwards and backwards since train() began
-        self._share_cost = self._prompt_sharing(model)  # None: one padded row per sample (heron.trainer.shared_prompts)
         self._answers_only = self._answer_head(model)  # the head at the answer positions only (lm_head_chunks)
+        self._share_cost = self._prompt_sharing(model)  # None: one padded row per sample (heron.trainer.shared_prompts)
         self._shards: ModuleShards | None = None  # checkpoint writer of this process, made at the first save
         self._publish_weights()
 
@@ -241,14 +241,18 @@ class PolicyTrainer(Resident):
     def _prompt_sharing(self, model: torch.nn.Module) -> ForwardCost | None:
         """The cost model of ``train.share_prompts`` for the policy (heron.trainer.shared_prompts),
         or None: one padded row per sample. The reference forward takes the policy's layout: it is
-        the same model (``model.path``, or the policy with its LoRA adapters disabled)."""
+        the same model (``model.path``, or the policy with its LoRA adapters disabled). With the
+        head at the answer positions only, both layouts run it at the same positions, so the
+        choice weighs the rest of the model (``ForwardCost.without_head``)."""
         if not self.cfg.share_prompts:
             return None
         reason = unsupported_reason(model)
         if reason is not None:
             log.info("train.share_prompts: one padded row per sample (%s)", reason)
             return None
-        return self.flops
+        if self.flops is None or not self._answers_only:
+            return self.flops
+        return self.flops.without_head()
 
     def _shared_layout(self, micro: TrainBatch) -> SharedLayout | None:
         """``micro`` packed so that the samples of a prompt share it (``train.share_prompts``),

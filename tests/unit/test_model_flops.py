@@ -11,7 +11,11 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoModelForCausalLM, Qwen3Config
 
+from heron.config.algo import AlgoConfig
+from heron.config.train import TrainConfig
 from heron.rl_run import _train_rate
+from heron.trainer.objectives import PolicyObjective
+from heron.trainer.policy_trainer import PolicyTrainer
 from heron.trainer.model_flops import ForwardCost, forward_cost
 from heron.trainer.zero_advantage import rows_with_gradient
 from tests.unit.test_zero_advantage import _half_equal_groups, _trainer
@@ -58,6 +62,39 @@ def test_the_cost_parts_are_what_torch_counts_for_the_model(tied):
     norms = sum(m.weight.numel() for m in model.modules() if type(m).__name__.endswith("RMSNorm"))
     assert cost.per_token == 2 * (linear + norms)
     assert cost.per_pair == 4 * config.num_hidden_layers * config.num_attention_heads * config.head_dim
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_without_head_leaves_out_the_output_heads_2VH(tied):
+    """``head_per_token`` is the head's 2 V H, tied or not, and ``without_head`` removes exactly it:
+    what is left is every other linear and norm weight, twice."""
+    config = Qwen3Config(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=tied)
+    model = AutoModelForCausalLM.from_config(config)
+    cost = forward_cost(model)
+    assert cost.head_per_token == 2 * 97 * 64
+    body = sum(m.weight.numel() for m in model.modules()
+               if (isinstance(m, torch.nn.Linear) and m is not model.lm_head) or type(m).__name__.endswith("RMSNorm"))
+    assert cost.without_head() == replace(cost, per_token=2.0 * body, head_per_token=0.0)
+
+
+def test_the_shared_layout_choice_weighs_the_head_only_where_it_runs_at_every_position(toy_model_dir):
+    """With the head at the answer positions only, both layouts run it at the same positions, so
+    ``train.share_prompts`` chooses on the rest of the model; a model that keeps the whole head
+    (here: a class with a forward of its own) runs it at every packed position, so it counts."""
+    answers = _trainer(toy_model_dir, share_prompts=True)
+    assert answers._answers_only and answers.flops.head_per_token > 0
+    assert answers._share_cost == answers.flops.without_head()
+    model = AutoModelForCausalLM.from_pretrained(toy_model_dir, dtype=torch.float32)
+
+    class OwnForward(type(model)):
+        def forward(self, *args, **kwargs):
+            return super().forward(*args, **kwargs)
+
+    model.__class__ = OwnForward
+    whole = PolicyTrainer(model, TrainConfig(share_prompts=True), PolicyObjective(AlgoConfig()), total_steps=1)
+    assert not whole._answers_only
+    assert whole._share_cost == whole.flops
 
 
 def test_with_lora_only_the_adapters_weights_get_gradients():
