@@ -37,9 +37,9 @@ def addition_data(tmp_path_factory) -> dict[str, Path]:
 # servers, Ray) rather than computing. The files whose tests start Ray form one unit, so one
 # worker runs them one after another and two Ray clusters never run at once (tests read Ray's
 # processes and sockets; each heron-started Ray takes the machine's two cores as its own).
-# That unit is the tier's longest (2026-12-06, 2-core AVX2 EPYC: 778 s of the 846 s both workers ran; the other
-# worker ran the other 123 files in the same time), and a third worker made the tier slower
-# (17:18 against 14:58): the two cores are what limits it, not waiting.
+# That unit is the tier's longest (2026-12-06, 2-core AVX2 EPYC: 778 s of the 846 s both workers
+# ran; the other worker ran the other 123 files in the same time), and a third worker made the
+# tier slower (17:18 against 14:58): the two cores are what limits it, not waiting.
 RAY_FIXTURES = frozenset({"ray_session", "no_ray"})
 RAY_FILES = frozenset({  # every test file that starts Ray (the collection check below enforces the fixtures' users)
     "test_interrupt.py", "test_async_mode.py", "test_async_accuracy.py", "test_checkpoint_world_size.py",

@@ -84,11 +84,12 @@ def forward_cost(model: torch.nn.Module) -> ForwardCost:
     embeddings = {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
     layers = [p for p in model.parameters() if id(p) not in embeddings]
     tied = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear) and id(m.weight) in embeddings]
-    head = config.vocab_size * config.hidden_size if tied else 0
+    head_size = config.vocab_size * config.hidden_size  # V x H
+    head = head_size if tied else 0
     trained_head = head if tied and tied[0].requires_grad else 0
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     per_pair = 4 * config.num_hidden_layers * config.num_attention_heads * head_dim
     trained = sum(p.numel() for p in layers if p.requires_grad) + trained_head
     return ForwardCost(per_token=2.0 * (sum(p.numel() for p in layers) + head), per_pair=float(per_pair),
                        weight_grads_per_token=2.0 * trained,
-                       head_per_token=2.0 * config.vocab_size * config.hidden_size)
+                       head_per_token=2.0 * head_size)

@@ -123,14 +123,16 @@ def test_models_that_change_their_logits_keep_the_whole_head(model_type):
     assert "forward" not in output_head(model).__dict__
 
 
+class OwnForward(Qwen3ForCausalLM):
+    """A Qwen3 class whose forward is not transformers' own (as remote code's would be)."""
+
+    def forward(self, *args, **kwargs):
+        return super().forward(*args, **kwargs)
+
+
 def test_a_model_class_of_its_own_keeps_the_whole_head():
     """A listed model type whose forward is not transformers' (remote code may do anything to
     its logits) keeps the whole head; wrappers (DDP's .module, PEFT) are seen through."""
-
-    class OwnForward(Qwen3ForCausalLM):
-        def forward(self, *args, **kwargs):
-            return super().forward(*args, **kwargs)
-
     config = AutoConfig.for_model("qwen3", **TINY)
     assert "OwnForward.forward is not transformers' own" in plain_head_reason(OwnForward(config))
     model = Qwen3ForCausalLM(config)

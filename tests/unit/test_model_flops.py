@@ -18,6 +18,7 @@ from heron.trainer.objectives import PolicyObjective
 from heron.trainer.policy_trainer import PolicyTrainer
 from heron.trainer.model_flops import ForwardCost, forward_cost
 from heron.trainer.zero_advantage import rows_with_gradient
+from tests.unit.test_answer_head import OwnForward
 from tests.unit.test_zero_advantage import _half_equal_groups, _trainer
 
 
@@ -86,12 +87,7 @@ def test_the_shared_layout_choice_weighs_the_head_only_where_it_runs_at_every_po
     assert answers._answers_only and answers.flops.head_per_token > 0
     assert answers._share_cost == answers.flops.without_head()
     model = AutoModelForCausalLM.from_pretrained(toy_model_dir, dtype=torch.float32)
-
-    class OwnForward(type(model)):
-        def forward(self, *args, **kwargs):
-            return super().forward(*args, **kwargs)
-
-    model.__class__ = OwnForward
+    model.__class__ = OwnForward  # the toy model is a Qwen3ForCausalLM
     whole = PolicyTrainer(model, TrainConfig(share_prompts=True), PolicyObjective(AlgoConfig()), total_steps=1)
     assert not whole._answers_only
     assert whole._share_cost == whole.flops
