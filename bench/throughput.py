@@ -18,7 +18,10 @@ against) and under ``torch.profiler`` (the seconds its matmul kernels took). Thi
 rate in the step's compute dtype is the median of a ``[2048, 2048] x [2048, 2048]`` product
 (float32, or bfloat16 for ``train.precision=bf16``). The floor is the FLOPs at the faster of that
 rate and the step's own kernels' rate: cutting overhead, fusing or skipping non-matmul work
-cannot take the same maths below it; only a faster matmul kernel than both could. The last line
+cannot take the same maths below it; only a faster matmul kernel than both could. The line
+before the last gives the samples/s a step would reach with its train step scaled to that floor
+and every other stage as measured: the most that work on the train step's overhead can give
+(bench/vs_trl.py's TRL s/step over it bounds the ratio to TRL the same way). The last line
 is ``throughput: samples_per_s=<samples per step / median step time>  [model]``.
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/throughput.py [--model toy|3M|25M] [--steps 8]
@@ -114,9 +117,9 @@ def matmul_floor(run: RLRun, rollout_id: int) -> dict[str, float]:
             "model_flops": metrics.get("model_flops", float("nan"))}
 
 
-def print_floor(floor: dict[str, float], dtype: torch.dtype) -> None:
+def print_floor(floor: dict[str, float], dtype: torch.dtype) -> float:
     """The floor is the FLOPs at the faster of two rates: the 2048^3 product's and the step's own
-    kernels' (a step's shapes can beat the square product)."""
+    kernels' (a step's shapes can beat the square product). -> the floor over the step's time."""
     product_rate, step_rate = matmul_rate(dtype), floor["flops"] / floor["kernel_s"]
     floor_s = floor["flops"] / max(product_rate, step_rate)
     print(f"  train step matmuls: {floor['flops'] / 1e9:.1f} GFLOP (forward, backward, attention), their kernels "
@@ -127,6 +130,7 @@ def print_floor(floor: dict[str, float], dtype: torch.dtype) -> None:
     print(f"  model FLOPs (train/model_flops): {model_flops / 1e9:.1f} GFLOP, {model_flops / floor['flops']:.2f}x the "
           f"counted (causal pairs of real tokens, not padding or the full score matrix); with tracking.peak_tflops="
           f"{peak:.3f} this step's perf/mfu is {model_flops / floor['wall_s'] / product_rate:.2f}")
+    return floor_s / floor["wall_s"]
 
 
 def main() -> None:
@@ -161,7 +165,11 @@ def main() -> None:
     for stage in STAGES + ["total"]:
         median = statistics.median(s[stage] for s in steps)
         print(f"  {stage:<13} {median:7.3f} s  ({100 * median / total:5.1f} %)")
-    print_floor(floor, dtype)
+    floor_fraction = print_floor(floor, dtype)
+    step = statistics.median(s["train_step"] for s in steps)
+    at_floor = total - step * (1 - floor_fraction)
+    print(f"  with every train step at its matmul floor ({floor_fraction:.2f}x its time) and the other stages as "
+          f"measured: {PROMPTS * SAMPLES / at_floor:.1f} samples/s, {total / at_floor:.2f}x now")
     print(f"throughput: samples_per_s={PROMPTS * SAMPLES / total:.1f}  [{args.model}]")
 
 
