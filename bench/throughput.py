@@ -130,7 +130,7 @@ def print_floor(floor: dict[str, float], dtype: torch.dtype) -> float:
     print(f"  model FLOPs (train/model_flops): {model_flops / 1e9:.1f} GFLOP, {model_flops / floor['flops']:.2f}x the "
           f"counted (causal pairs of real tokens, not padding or the full score matrix); with tracking.peak_tflops="
           f"{peak:.3f} this step's perf/mfu is {model_flops / floor['wall_s'] / product_rate:.2f}")
-    return floor_s / floor["wall_s"]
+    return min(1.0, floor_s / floor["wall_s"])  # a noisy timed call can come in under the floor
 
 
 def main() -> None:
