@@ -4,7 +4,6 @@ tables' last column must exist in the config schema, and every ``key=value`` the
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from heron.config import ConfigError, load_config
 from heron.config.base import field_docs
 from heron.config.root import HeronConfig
+from tests.doc_tables import table_cells
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "migrating.md"
 BASE = ["model.path=m", "data.path=d.jsonl"]
@@ -20,17 +20,7 @@ BASE = ["model.path=m", "data.path=d.jsonl"]
 def heron_cells(text: str) -> list[tuple[str, list[str]]]:
     """(setting, the code spans of its heron column) for every row of every table whose
     header's last column is ``heron``."""
-    cells, in_table = [], False
-    for line in text.splitlines():
-        if not line.startswith("|"):
-            in_table = False
-            continue
-        columns = [c.strip() for c in line.strip().strip("|").split("|")]
-        if columns[-1] == "heron":
-            in_table = True
-        elif in_table and not set(columns[0]) <= set("-"):
-            cells.append((columns[0], re.findall(r"`([^`]+)`", columns[-1])))
-    return cells
+    return table_cells(text, -1, "heron")
 
 
 def test_the_parser_reads_a_row_and_skips_other_tables():

@@ -13,6 +13,7 @@ import pytest
 from heron.config import ConfigError, load_config
 from heron.config.base import field_docs
 from heron.config.root import HeronConfig
+from tests.doc_tables import table_cells
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "speed.md"
 BASE = ["model.path=m", "data.path=d.jsonl"]
@@ -27,25 +28,19 @@ def guide(text: str) -> str:
     return match.group(1)
 
 
+def names_config_key(span: str) -> bool:
+    """Whether a code span names a config key (``section.key`` or ``section.key=value``)."""
+    return "." in span.split("=", 1)[0] and span.split(".", 1)[0] in SECTIONS
+
+
 def config_spans(text: str) -> list[str]:
-    """Code spans that name a config key (``section.key`` or ``section.key=value``)."""
-    spans = re.findall(r"`([^`\s]+)`", text)
-    return [s for s in spans if "." in s.split("=", 1)[0] and s.split(".", 1)[0] in SECTIONS]
+    """The code spans of ``text`` that name a config key."""
+    return [s for s in re.findall(r"`([^`\s]+)`", text) if names_config_key(s)]
 
 
 def setting_rows(text: str) -> list[list[str]]:
     """The config spans of the first column of every row of the table headed ``| setting |``."""
-    rows, in_table = [], False
-    for line in text.splitlines():
-        if not line.startswith("|"):
-            in_table = False
-            continue
-        first = line.strip().strip("|").split("|")[0].strip()
-        if first == "setting":
-            in_table = True
-        elif in_table and not set(first) <= set("-"):
-            rows.append(config_spans(first))
-    return rows
+    return [[s for s in spans if names_config_key(s)] for _, spans in table_cells(text, 0, "setting")]
 
 
 def test_the_parsers_read_a_row_and_skip_other_spans():
