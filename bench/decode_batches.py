@@ -1,0 +1,106 @@
+"""How the embedded engine moves its decode batch's rows, side by side in one run.
+
+**Cache rows** (``heron.rollout.kv_cache.PreallocatedLayer.batch_select_indices``): the engine
+copies its KV cache's rows when it spreads each prompt's prefill over the prompt's samples and
+each time a row finishes and leaves the batch. The buffers hold prompt + ``max_new_tokens`` slots;
+copying only the slots written so far (now) against copying whole buffers (``whole_buffers``,
+before), on a GRPO-shaped batch (``GROUPS`` prompts x ``SAMPLES`` samples) whose rows end on stop
+tokens (8 of the 512-token vocabulary) long before a generous ``--new-tokens`` budget, as RL answers
+do. Both sides produce the same tokens (checked); runs alternate, in turn first, after a warm-up.
+The last line is ``decode_batches: cache_rows_speedup=<before / now>`` (median of the per-pair
+ratios; > 1: now is faster).
+
+    OMP_NUM_THREADS=2 .venv/bin/python bench/decode_batches.py [--model 3M|25M] [--new-tokens 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.vs_trl import MODELS  # noqa: E402
+from heron.records import GenerationRequest, SamplingParams  # noqa: E402
+from heron.rollout import EmbeddedEngine  # noqa: E402
+from heron.rollout.kv_cache import PreallocatedLayer  # noqa: E402
+from heron.toy.addition import make_prompts  # noqa: E402
+from heron.toy.model import create_toy_model  # noqa: E402
+
+GROUPS, SAMPLES = 8, 4
+STOP = tuple(range(3, 11))
+PAIRS = 7
+
+
+def whole_buffers(layer: PreallocatedLayer, indices: torch.Tensor) -> None:
+    """``batch_select_indices`` before: every slot of the buffers copied, written or not."""
+    if layer.is_initialized:
+        layer._key_store = layer._key_store[indices]
+        layer._value_store = layer._value_store[indices]
+        layer._expose()
+
+
+def _requests(tokenizer, new_tokens: int) -> list[GenerationRequest]:
+    prompts = make_prompts(GROUPS, seed=1, max_digits=2)
+    return [
+        GenerationRequest(tokenizer(p.text)["input_ids"],
+                          SamplingParams(max_new_tokens=new_tokens, stop_token_ids=STOP, seed=100 * g + i))
+        for g, p in enumerate(prompts) for i in range(SAMPLES)
+    ]
+
+
+def _timed(engine: EmbeddedEngine, requests) -> tuple[float, list[list[int]]]:
+    start = time.perf_counter()
+    generations = engine.generate(requests)
+    return time.perf_counter() - start, [g.tokens for g in generations]
+
+
+def cache_rows(engine: EmbeddedEngine, requests) -> float:
+    now = PreallocatedLayer.batch_select_indices
+    sides = {"now": now, "before": whole_buffers}
+    _timed(engine, requests)
+    ratios = []
+    for pair in range(PAIRS):
+        times, tokens = {}, {}
+        for name in (["before", "now"] if pair % 2 == 0 else ["now", "before"]):
+            PreallocatedLayer.batch_select_indices = sides[name]
+            try:
+                times[name], tokens[name] = _timed(engine, requests)
+            finally:
+                PreallocatedLayer.batch_select_indices = now
+        if tokens["now"] != tokens["before"]:
+            raise AssertionError("the two sides sampled different tokens")
+        ratios.append(times["before"] / times["now"])
+        print(f"cache rows: before {times['before']:.3f} s  now {times['now']:.3f} s  before/now {ratios[-1]:.2f}")
+    lengths = [len(t) for t in tokens["now"]]
+    print(f"cache rows: answer lengths {min(lengths)}-{max(lengths)}, mean {statistics.mean(lengths):.0f}")
+    return statistics.median(ratios)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="3M", choices=list(MODELS))
+    parser.add_argument("--new-tokens", type=int, default=256)
+    args = parser.parse_args()
+    from transformers import AutoTokenizer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        prompts = make_prompts(64, seed=1, max_digits=2)
+        spec = MODELS[args.model]
+        spec = dataclasses.replace(spec, max_positions=max(spec.max_positions, 64 + args.new_tokens))
+        model_dir = create_toy_model(Path(tmp) / "model", [p.text for p in prompts], spec)
+        engine = EmbeddedEngine.from_pretrained(model_dir)
+        requests = _requests(AutoTokenizer.from_pretrained(model_dir), args.new_tokens)
+        speedup = cache_rows(engine, requests)
+        print(f"decode_batches: cache_rows_speedup={speedup:.2f}  [{args.model}, {args.new_tokens} new tokens at most]")
+
+
+if __name__ == "__main__":
+    main()
