@@ -7,10 +7,18 @@ copying only the slots written so far (now) against copying whole buffers (``who
 before), on a GRPO-shaped batch (``GROUPS`` prompts x ``SAMPLES`` samples) whose rows end on stop
 tokens (8 of the 512-token vocabulary) long before a generous ``--new-tokens`` budget, as RL answers
 do. Both sides produce the same tokens (checked); runs alternate, in turn first, after a warm-up.
-The last line is ``decode_batches: cache_rows_speedup=<before / now>`` (median of the per-pair
-ratios; > 1: now is faster).
+**Prefill groups** (``heron.rollout.batch_rows.prefill_groups``): prompts of very different
+lengths (``PROMPT_LENGTHS``, random tokens, as chat-templated problems differ) prefilled in
+groups of similar length (now) against one forward padded to the longest (``prefill_forward_tokens
+=None``, before), the same GRPO shape, ``--new-tokens`` sampled tokens per row (no stop tokens).
+The two differ in summation order only; the share of tokens both sides sampled alike is printed.
+
+The last lines are ``decode_batches: cache_rows_speedup=<before / now>`` and
+``decode_batches: prefill_groups_speedup=<before / now>`` (medians of the per-pair ratios; > 1:
+now is faster).
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/decode_batches.py [--model 3M|25M] [--new-tokens 256]
+        [--prefill-new-tokens 32]
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from heron.toy.model import create_toy_model  # noqa: E402
 GROUPS, SAMPLES = 8, 4
 STOP = tuple(range(3, 11))
 PAIRS = 7
+PROMPT_LENGTHS = (60, 85, 110, 130, 150, 180, 210, 250)
 
 
 def whole_buffers(layer: PreallocatedLayer, indices: torch.Tensor) -> None:
@@ -54,6 +63,13 @@ def _requests(tokenizer, new_tokens: int) -> list[GenerationRequest]:
                           SamplingParams(max_new_tokens=new_tokens, stop_token_ids=STOP, seed=100 * g + i))
         for g, p in enumerate(prompts) for i in range(SAMPLES)
     ]
+
+
+def _long_prompt_requests(vocab_size: int, new_tokens: int) -> list[GenerationRequest]:
+    generator = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, vocab_size, (n,), generator=generator).tolist() for n in PROMPT_LENGTHS]
+    return [GenerationRequest(p, SamplingParams(max_new_tokens=new_tokens, seed=100 * g + i))
+            for g, p in enumerate(prompts) for i in range(SAMPLES)]
 
 
 def _timed(engine: EmbeddedEngine, requests) -> tuple[float, list[list[int]]]:
@@ -84,22 +100,45 @@ def cache_rows(engine: EmbeddedEngine, requests) -> float:
     return statistics.median(ratios)
 
 
+def prefill_groups(engine: EmbeddedEngine, requests) -> float:
+    now = engine
+    before = EmbeddedEngine(engine.model, pad_token_id=engine.pad_token_id, prefill_forward_tokens=None)
+    sides = {"now": now, "before": before}
+    for side in sides.values():
+        _timed(side, requests)
+    ratios, same, total = [], 0, 0
+    for pair in range(PAIRS):
+        times, tokens = {}, {}
+        for name in (["before", "now"] if pair % 2 == 0 else ["now", "before"]):
+            times[name], tokens[name] = _timed(sides[name], requests)
+        same += sum(a == b for x, y in zip(tokens["now"], tokens["before"]) for a, b in zip(x, y))
+        total += sum(len(x) for x in tokens["now"])
+        ratios.append(times["before"] / times["now"])
+        print(f"prefill groups: before {times['before']:.3f} s  now {times['now']:.3f} s  before/now {ratios[-1]:.2f}")
+    print(f"prefill groups: prompts of {min(PROMPT_LENGTHS)}-{max(PROMPT_LENGTHS)} tokens; "
+          f"tokens sampled alike by both sides: {same}/{total}")
+    return statistics.median(ratios)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="3M", choices=list(MODELS))
-    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--new-tokens", type=int, default=256, help="the cache-rows case's max_new_tokens")
+    parser.add_argument("--prefill-new-tokens", type=int, default=32, help="the prefill-groups case's new tokens")
     args = parser.parse_args()
     from transformers import AutoTokenizer
 
     with tempfile.TemporaryDirectory() as tmp:
         prompts = make_prompts(64, seed=1, max_digits=2)
         spec = MODELS[args.model]
-        spec = dataclasses.replace(spec, max_positions=max(spec.max_positions, 64 + args.new_tokens))
+        spec = dataclasses.replace(spec, max_positions=max(spec.max_positions, max(PROMPT_LENGTHS) + args.new_tokens))
         model_dir = create_toy_model(Path(tmp) / "model", [p.text for p in prompts], spec)
         engine = EmbeddedEngine.from_pretrained(model_dir)
         requests = _requests(AutoTokenizer.from_pretrained(model_dir), args.new_tokens)
-        speedup = cache_rows(engine, requests)
-        print(f"decode_batches: cache_rows_speedup={speedup:.2f}  [{args.model}, {args.new_tokens} new tokens at most]")
+        rows = cache_rows(engine, requests)
+        groups = prefill_groups(engine, _long_prompt_requests(engine.model.config.vocab_size, args.prefill_new_tokens))
+        print(f"decode_batches: cache_rows_speedup={rows:.2f}  [{args.model}, {args.new_tokens} new tokens at most]")
+        print(f"decode_batches: prefill_groups_speedup={groups:.2f}  [{args.model}, {args.prefill_new_tokens} new tokens]")
 
 
 if __name__ == "__main__":

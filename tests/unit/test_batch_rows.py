@@ -3,7 +3,7 @@
 
 import torch
 
-from heron.rollout.batch_rows import distinct_prompts, rows_to_keep
+from heron.rollout.batch_rows import distinct_prompts, prefill_groups, rows_to_keep
 
 
 def test_distinct_prompts_maps_every_request_to_its_first_occurrence():
@@ -31,3 +31,18 @@ def test_rows_to_keep_drops_finished_rows_down_to_min_rows():
     assert rows_to_keep(active, min_rows=4).tolist() == [0, 1, 2, 5]  # the first finished row fills up
     assert rows_to_keep(active, min_rows=6) is None  # nothing to drop
     assert rows_to_keep(torch.ones(3, dtype=torch.bool), min_rows=1) is None
+
+
+def test_prefill_groups_splits_where_the_padding_saved_pays_for_the_forward():
+    # sorted: 150 (1), 140 (3), 12 (2), 10 (0). Costs with 64 per forward: one group 4 x 150 + 64
+    # = 664; {150, 140} {12, 10}: 300 + 64 + 24 + 64 = 452; {150} {140} {12, 10}: 150 + 64 + 140
+    # + 64 + 24 + 64 = 506; {150, 140} {12} {10}: 300 + 64 + 12 + 64 + 10 + 64 = 514.
+    assert prefill_groups([10, 150, 12, 140], forward_tokens=64) == [[1, 3], [2, 0]]
+    # a forward as costly as 300 tokens: 4 x 150 + 300 = 900 beats 300 + 300 + 24 + 300 = 924
+    assert prefill_groups([10, 150, 12, 140], forward_tokens=300) == [[0, 1, 2, 3]]
+    assert prefill_groups([10, 150, 12, 140], forward_tokens=0) == [[1], [3], [2], [0]]
+
+
+def test_prefill_groups_keeps_one_group_in_order_when_splitting_saves_little():
+    assert prefill_groups([6, 1, 3, 10, 2, 7], forward_tokens=64) == [[0, 1, 2, 3, 4, 5]]
+    assert prefill_groups([100] * 8, forward_tokens=0) == [list(range(8))]

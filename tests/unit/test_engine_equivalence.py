@@ -10,8 +10,8 @@ What may differ, and the bound (tests/tolerance.py):
   logprobs agree within 2 gamma(n) (|lp| + log V). The tokens then agree exactly (rule 4: a
   perturbation delta ~1e-6 of the probabilities moves one of D <= 1,000 draws across a
   boundary with chance <= 2 D delta ~ 2e-3).
-- With both off and ``decoder="lean"`` (torch's own linears) the engine does the same
-  operations as the reference: bit-identical. The default decoder packs the linears' weights
+- With both off, one padded prefill (``prefill_forward_tokens=None``) and ``decoder="lean"``
+  (torch's own linears) the engine does the same operations as the reference: bit-identical. The default decoder packs the linears' weights
   for oneDNN, which sums in another order: the first test's bound covers it.
 """
 
@@ -77,11 +77,32 @@ def test_shared_prefill_and_dropped_rows_match_the_reference(model, order):
 def test_without_sharing_or_dropping_the_engine_is_bit_identical_to_the_reference(model, order):
     requests = _grpo_requests(order)
     expected = reference_generate(model, model.config.pad_token_id, requests)
-    actual = _engine(model, share_prompts=False, drop_finished=False, decoder="lean").generate(requests)
+    engine = _engine(model, share_prompts=False, drop_finished=False, decoder="lean", prefill_forward_tokens=None)
+    actual = engine.generate(requests)
     assert [g.tokens for g in actual] == [g.tokens for g in expected]
     assert [g.finish_reason for g in actual] == [g.finish_reason for g in expected]
     for a, e in zip(actual, expected):
         assert torch.equal(torch.tensor(a.logprobs), torch.tensor(e.logprobs))
+
+
+@pytest.mark.portability
+def test_prompts_of_very_different_lengths_are_prefilled_in_groups_and_match_the_reference(model):
+    lengths = [3, 90, 5, 80]  # one padded forward: 4 x 90 + 64 = 424 tokens; two groups: 180 + 10 + 2 x 64 = 318
+    prompts = [[5 + (7 * i + k) % 50 for i in range(n)] for k, n in enumerate(lengths)]
+    requests = [
+        GenerationRequest(prompt, SamplingParams(max_new_tokens=12, temperature=0.9, seed=10 * k + i,
+                                                 stop_token_ids=STOP if i else ()))
+        for k, prompt in enumerate(prompts) for i in range(3)
+    ]
+    engine = _engine(model)
+    assert _rows_per_forward(engine, requests)[:3] == [2, 2, len(requests)]  # two prefill groups, then decode
+    expected = reference_generate(model, model.config.pad_token_id, requests)
+    actual = engine.generate(requests)
+    assert [g.tokens for g in actual] == [g.tokens for g in expected]
+    assert [g.finish_reason for g in actual] == [g.finish_reason for g in expected]
+    n = reduction_length(model.config, tokens=len(requests) * model.config.max_position_embeddings)
+    flat = lambda gens: [lp for g in gens for lp in g.logprobs]  # noqa: E731
+    assert_logprobs_close(flat(actual), flat(expected), n=n, log_vocab=math.log(model.config.vocab_size))
 
 
 def _rows_per_forward(engine: EmbeddedEngine, requests) -> list[int]:
@@ -103,7 +124,7 @@ def test_each_prompt_is_prefilled_once_and_finished_rows_leave_the_batch(model):
     decode = rows[1:]
     assert decode[0] <= len(requests) and decode == sorted(decode, reverse=True), decode
     assert decode[-1] < len(requests) // 2, decode  # most rows had finished and left the batch
-    plain = _rows_per_forward(_engine(model, share_prompts=False, drop_finished=False), requests)
+    plain = _rows_per_forward(_engine(model, share_prompts=False, drop_finished=False, prefill_forward_tokens=None), requests)
     assert set(plain) == {len(requests)} and len(plain) == len(rows)  # same number of steps, every row each time
 
 

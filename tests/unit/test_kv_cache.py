@@ -14,7 +14,7 @@ from transformers import DynamicCache
 import heron.rollout.embedded as embedded_module
 from heron.records import GenerationRequest, SamplingParams
 from heron.rollout import EmbeddedEngine
-from heron.rollout.kv_cache import PreallocatedLayer, preallocated_cache
+from heron.rollout.kv_cache import PreallocatedLayer, join_caches, preallocated_cache
 from tests.unit.test_engine_equivalence import _grpo_requests
 
 
@@ -42,6 +42,25 @@ def test_layer_refuses_to_overflow_its_capacity():
     layer.update(torch.zeros(1, 1, 2, 4), torch.zeros(1, 1, 2, 4))
     with pytest.raises(RuntimeError, match="KV cache full: 3 positions needed, capacity 2"):
         layer.update(torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4))
+
+
+def test_join_caches_moves_each_parts_slots_to_end_at_length(model):
+    config = model.config
+    heads, dim = config.num_key_value_heads, config.head_dim
+    first, second = preallocated_cache(config, 4), preallocated_cache(config, 6)
+    a, b = torch.randn(3, heads, 4, dim), torch.randn(2, heads, 5, dim)  # [R, H, L, D]
+    for layer in first.layers:
+        layer.update(a, -a)
+    for layer in second.layers:
+        layer.update(b, -b)  # 5 of its 6 slots filled
+    joined = join_caches(config, [(first, torch.tensor([2, 0]), 1, 4), (second, None, 0, 5)], length=5, capacity=9)
+    for layer in joined.layers:
+        assert (layer.filled, layer.capacity) == (5, 9)
+        assert torch.equal(layer.keys[:2, :, 2:], a[[2, 0], :, 1:]) and torch.equal(layer.values[:2, :, 2:], -a[[2, 0], :, 1:])
+        assert not layer.keys[:2, :, :2].any() and not layer.values[:2, :, :2].any()  # left of the part: zeros
+        assert torch.equal(layer.keys[2:], b) and torch.equal(layer.values[2:], -b)
+        keys, _ = layer.update(torch.ones(4, heads, 1, dim), torch.ones(4, heads, 1, dim))
+        assert keys.shape == (4, heads, 6, dim) and torch.equal(keys[:, :, -1], torch.ones(4, heads, dim))
 
 
 @pytest.mark.portability
