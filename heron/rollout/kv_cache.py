@@ -84,9 +84,10 @@ class PreallocatedLayer(DynamicLayer):
                capacity: int) -> PreallocatedLayer:
         """One layer of ``join_caches``: the parts' rows and slots, filled up to ``length``."""
         layer = cls(capacity)
-        layer._key_store = _joined_store([(p._key_store, rows, a, b) for p, rows, a, b in parts], length, capacity)
-        layer._value_store = _joined_store([(p._value_store, rows, a, b) for p, rows, a, b in parts], length, capacity)
-        layer.device, layer.is_initialized, layer.filled = layer._key_store.device, True, length
+        key_store = _joined_store([(p._key_store, rows, a, b) for p, rows, a, b in parts], length, capacity)
+        value_store = _joined_store([(p._value_store, rows, a, b) for p, rows, a, b in parts], length, capacity)
+        DynamicLayer.lazy_initialization(layer, key_store, value_store)  # what transformers sets (device, dtype)
+        layer._key_store, layer._value_store, layer.filled = key_store, value_store, length
         layer._expose()
         return layer
 
