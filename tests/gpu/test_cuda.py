@@ -124,6 +124,21 @@ def test_engine_sleep_frees_weights_and_kv_cache_and_wake_restores_them():
     assert [g.tokens for g in engine.generate(requests)] == [g.tokens for g in first]
 
 
+def test_engine_prefill_groups_and_dropped_rows_on_cuda_match_the_cpu_reference(toy_model_dir):
+    """The engine's cache moves on CUDA (prefill groups joined by ``join_caches``, finished rows
+    copied out with ``index_select`` into a view of the new buffer), float32, against the old
+    decode loop on the CPU: the same tokens, logprobs within the summation-order bound."""
+    from tests.reference_decoder import reference_generate
+    from tests.unit.test_engine_equivalence import assert_matches_reference, long_prompt_requests
+
+    cpu_model = EmbeddedEngine.from_pretrained(toy_model_dir).model
+    pad = cpu_model.config.pad_token_id
+    engine = EmbeddedEngine(place(EmbeddedEngine.from_pretrained(toy_model_dir).model, resolve("cuda")), pad_token_id=pad)
+    requests = long_prompt_requests()
+    expected = reference_generate(cpu_model, pad, requests)
+    assert_matches_reference(engine.generate(requests), expected, cpu_model.config, len(requests))
+
+
 # --- bf16: engine vs trainer logprobs --------------------------------------------------------------
 BF16_U = 2.0**-8  # bfloat16 unit round-off (8 significand bits)
 

@@ -85,24 +85,33 @@ def test_without_sharing_or_dropping_the_engine_is_bit_identical_to_the_referenc
         assert torch.equal(torch.tensor(a.logprobs), torch.tensor(e.logprobs))
 
 
-@pytest.mark.portability
-def test_prompts_of_very_different_lengths_are_prefilled_in_groups_and_match_the_reference(model):
-    lengths = [3, 90, 5, 80]  # one padded forward: 4 x 90 + 64 = 424 tokens; two groups: 180 + 10 + 2 x 64 = 318
-    prompts = [[5 + (7 * i + k) % 50 for i in range(n)] for k, n in enumerate(lengths)]
-    requests = [
+def long_prompt_requests() -> list[GenerationRequest]:
+    """Prompts of 3, 90, 5 and 80 tokens, 3 samples each: one padded forward would run 4 x 90 + 64
+    = 424 prefill tokens, two groups 180 + 10 + 2 x 64 = 318 (heron.rollout.batch_rows)."""
+    prompts = [[5 + (7 * i + k) % 50 for i in range(n)] for k, n in enumerate([3, 90, 5, 80])]
+    return [
         GenerationRequest(prompt, SamplingParams(max_new_tokens=12, temperature=0.9, seed=10 * k + i,
                                                  stop_token_ids=STOP if i else ()))
         for k, prompt in enumerate(prompts) for i in range(3)
     ]
+
+
+def assert_matches_reference(actual, expected, config, num_requests: int) -> None:
+    """Tokens and finish reasons identical, logprobs within the summation-order bound (rule 2)."""
+    assert [g.tokens for g in actual] == [g.tokens for g in expected]
+    assert [g.finish_reason for g in actual] == [g.finish_reason for g in expected]
+    n = reduction_length(config, tokens=num_requests * config.max_position_embeddings)
+    flat = lambda gens: [lp for g in gens for lp in g.logprobs]  # noqa: E731
+    assert_logprobs_close(flat(actual), flat(expected), n=n, log_vocab=math.log(config.vocab_size))
+
+
+@pytest.mark.portability
+def test_prompts_of_very_different_lengths_are_prefilled_in_groups_and_match_the_reference(model):
+    requests = long_prompt_requests()
     engine = _engine(model)
     assert _rows_per_forward(engine, requests)[:3] == [2, 2, len(requests)]  # two prefill groups, then decode
     expected = reference_generate(model, model.config.pad_token_id, requests)
-    actual = engine.generate(requests)
-    assert [g.tokens for g in actual] == [g.tokens for g in expected]
-    assert [g.finish_reason for g in actual] == [g.finish_reason for g in expected]
-    n = reduction_length(model.config, tokens=len(requests) * model.config.max_position_embeddings)
-    flat = lambda gens: [lp for g in gens for lp in g.logprobs]  # noqa: E731
-    assert_logprobs_close(flat(actual), flat(expected), n=n, log_vocab=math.log(model.config.vocab_size))
+    assert_matches_reference(engine.generate(requests), expected, model.config, len(requests))
 
 
 def _rows_per_forward(engine: EmbeddedEngine, requests) -> list[int]:
