@@ -201,15 +201,15 @@ class EmbeddedEngine(Resident):
         a cache of its own, then one cache of ``capacity`` slots with every group's keys ending at
         slot P (``join_caches``) -> (cache, logits [U, V])."""
         config, full = self.model.config, input_ids.shape[1]
-        parts, logits, row = [], [], 0
+        caches, logits, row = [], [], 0
         for width, size in zip(widths, sizes):
             rows, columns = slice(row, row + size), slice(full - width, full)
             part = preallocated_cache(config, width)
             logits.append(self._forward(input_ids[rows, columns], prompt_mask[rows, columns],
                                         positions[rows, columns], part))  # [size, V]
-            parts.append((part, None, 0, width))
+            caches.append(part)
             row += size
-        return join_caches(config, parts, full, capacity), torch.cat(logits)  # [U, V]
+        return join_caches(config, caches, full, capacity), torch.cat(logits)  # [U, V]
 
     @torch.inference_mode()
     def _generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Generation]:

@@ -80,12 +80,11 @@ class PreallocatedLayer(DynamicLayer):
         self.values = self._value_store[:, :, : self.filled]
 
     @classmethod
-    def joined(cls, parts: list[tuple[PreallocatedLayer, "torch.Tensor | None", int, int]], length: int,
-               capacity: int) -> PreallocatedLayer:
-        """One layer of ``join_caches``: the parts' rows and slots, filled up to ``length``."""
+    def joined(cls, parts: list[PreallocatedLayer], length: int, capacity: int) -> PreallocatedLayer:
+        """One layer of ``join_caches``: the parts' rows, their filled slots ending at ``length``."""
         layer = cls(capacity)
-        key_store = _joined_store([(p._key_store, rows, a, b) for p, rows, a, b in parts], length, capacity)
-        value_store = _joined_store([(p._value_store, rows, a, b) for p, rows, a, b in parts], length, capacity)
+        key_store = _joined_store([(part._key_store, part.filled) for part in parts], length, capacity)
+        value_store = _joined_store([(part._value_store, part.filled) for part in parts], length, capacity)
         DynamicLayer.lazy_initialization(layer, key_store, value_store)  # what transformers sets (device, dtype)
         layer._key_store, layer._value_store, layer.filled = key_store, value_store, length
         layer._expose()
@@ -115,43 +114,31 @@ def joinable(config) -> bool:
     return all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)
 
 
-CachePart = tuple[DynamicCache, "torch.Tensor | None", int, int]  # cache, rows [R_part] (None: all), start, end
-
-
-def join_caches(config, parts: list[CachePart], length: int, capacity: int) -> DynamicCache:
-    """A cache for ``config`` of ``capacity`` slots holding the rows of every part in order: part
-    (cache, rows, start, end) gives its rows ``rows`` with their slots [start, end) moved to end
-    at slot ``length``, which becomes the filled length (each part's end - start <= length).
+def join_caches(config, caches: list[DynamicCache], length: int, capacity: int) -> DynamicCache:
+    """A cache for ``config`` of ``capacity`` slots holding the rows of every cache in order, each
+    one's filled slots moved to end at slot ``length``, which becomes the filled length (each
+    cache's filled length <= ``length``).
 
     Why: prompts prefilled in groups of similar length (heron.rollout.embedded) each fill a cache
     of their own width; the batch decodes from one cache, the keys of each row ending at the same
     slot like left-padded prompts'. Each key carries its own position (RoPE), so where it sits
     among the slots changes only which slots a row's mask leaves out."""
-    cache = DynamicCache(config=config)
-    cache.layers = [
-        PreallocatedLayer.joined([(c.layers[index], rows, start, end) for c, rows, start, end in parts], length, capacity)
-        for index in range(len(parts[0][0].layers))
-    ]
-    return cache
-
-
-def _joined_store(parts: list[tuple[torch.Tensor, "torch.Tensor | None", int, int]], length: int,
-                  capacity: int) -> torch.Tensor:
-    """Stores [R_i, H, C_i, D] -> [sum R_part, H, capacity, D] (see ``join_caches``). The slots
-    before a part's keys are zeroed: its rows' masks leave them out, but attention still gives
-    their values a zero weight, and 0 x NaN (from uninitialised memory) would be NaN."""
-    first = parts[0][0]
-    total = sum(store.shape[0] if rows is None else len(rows) for store, rows, _, _ in parts)
-    joined = first.new_empty(total, first.shape[1], capacity, first.shape[3])  # [R, H, C, D]
-    row = 0
-    for store, rows, start, end in parts:
-        count, width = (store.shape[0] if rows is None else len(rows)), end - start
-        target = joined.narrow(0, row, count)  # [R_part, H, C, D]
-        target.narrow(2, 0, length - width).zero_()
-        window = store.narrow(2, start, width)  # [R_store, H, width, D]
-        if rows is None:
-            target.narrow(2, length - width, width).copy_(window)
-        else:
-            torch.index_select(window, 0, rows, out=target.narrow(2, length - width, width))
-        row += count
+    joined = DynamicCache(config=config)
+    joined.layers = [PreallocatedLayer.joined([cache.layers[index] for cache in caches], length, capacity)
+                     for index in range(len(caches[0].layers))]
     return joined
+
+
+def _joined_store(stores: list[tuple[torch.Tensor, int]], length: int, capacity: int) -> torch.Tensor:
+    """(store [R_i, H, C_i, D], filled_i) pairs -> [sum R_i, H, capacity, D] (see ``join_caches``).
+    The slots left of each part's keys are zeroed: its rows' masks leave them out, but attention
+    still gives their values a zero weight, and 0 x NaN (from uninitialised memory) is NaN."""
+    first = stores[0][0]
+    joined = first.new_empty(sum(store.shape[0] for store, _ in stores), first.shape[1], capacity, first.shape[3])
+    row = 0
+    for store, filled in stores:
+        target = joined.narrow(0, row, store.shape[0])  # [R_i, H, C, D]
+        target.narrow(2, 0, length - filled).zero_()
+        target.narrow(2, length - filled, filled).copy_(store.narrow(2, 0, filled))
+        row += store.shape[0]
+    return joined  # [R, H, C, D]

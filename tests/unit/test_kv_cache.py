@@ -44,23 +44,23 @@ def test_layer_refuses_to_overflow_its_capacity():
         layer.update(torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4))
 
 
-def test_join_caches_moves_each_parts_slots_to_end_at_length(model):
+def test_join_caches_moves_each_caches_filled_slots_to_end_at_length(model):
     config = model.config
     heads, dim = config.num_key_value_heads, config.head_dim
     first, second = preallocated_cache(config, 4), preallocated_cache(config, 6)
-    a, b = torch.randn(3, heads, 4, dim), torch.randn(2, heads, 5, dim)  # [R, H, L, D]
+    a, b = torch.randn(3, heads, 3, dim), torch.randn(2, heads, 5, dim)  # [R, H, L, D]
     for layer in first.layers:
-        layer.update(a, -a)
+        layer.update(a, -a)  # 3 of its 4 slots filled
     for layer in second.layers:
-        layer.update(b, -b)  # 5 of its 6 slots filled
-    joined = join_caches(config, [(first, torch.tensor([2, 0]), 1, 4), (second, None, 0, 5)], length=5, capacity=9)
+        layer.update(b, -b)  # 5 of its 6
+    joined = join_caches(config, [first, second], length=5, capacity=9)
     for layer in joined.layers:
         assert (layer.filled, layer.capacity) == (5, 9)
-        assert torch.equal(layer.keys[:2, :, 2:], a[[2, 0], :, 1:]) and torch.equal(layer.values[:2, :, 2:], -a[[2, 0], :, 1:])
-        assert not layer.keys[:2, :, :2].any() and not layer.values[:2, :, :2].any()  # left of the part: zeros
-        assert torch.equal(layer.keys[2:], b) and torch.equal(layer.values[2:], -b)
-        keys, _ = layer.update(torch.ones(4, heads, 1, dim), torch.ones(4, heads, 1, dim))
-        assert keys.shape == (4, heads, 6, dim) and torch.equal(keys[:, :, -1], torch.ones(4, heads, dim))
+        assert torch.equal(layer.keys[:3, :, 2:], a) and torch.equal(layer.values[:3, :, 2:], -a)
+        assert not layer.keys[:3, :, :2].any() and not layer.values[:3, :, :2].any()  # left of the part: zeros
+        assert torch.equal(layer.keys[3:], b) and torch.equal(layer.values[3:], -b)
+        keys, _ = layer.update(torch.ones(5, heads, 1, dim), torch.ones(5, heads, 1, dim))
+        assert keys.shape == (5, heads, 6, dim) and torch.equal(keys[:, :, -1], torch.ones(5, heads, dim))
 
 
 @pytest.mark.portability
