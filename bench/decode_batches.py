@@ -6,12 +6,14 @@ each time a row finishes and leaves the batch. The buffers hold prompt + ``max_n
 copying only the slots written so far (now) against copying whole buffers (``whole_buffers``,
 before), on a GRPO-shaped batch (``GROUPS`` prompts x ``SAMPLES`` samples) whose rows end on stop
 tokens (8 of the 512-token vocabulary) long before a generous ``--new-tokens`` budget, as RL answers
-do. Both sides produce the same tokens (checked); runs alternate, in turn first, after a warm-up.
+do. Both sides produce the same tokens (checked); runs alternate, in turn first, after a warm-up
+(``bench.side_by_side.alternate``).
 **Prefill groups** (``heron.rollout.batch_rows.prefill_groups``): prompts of very different
 lengths (``PROMPT_LENGTHS``, random tokens, as chat-templated problems differ) prefilled in
 groups of similar length (now) against one forward padded to the longest (``prefill_forward_tokens
 =None``, before), the same GRPO shape, ``--new-tokens`` sampled tokens per row (no stop tokens).
-The two differ in summation order only; the share of tokens both sides sampled alike is printed.
+The two differ in summation order only; the share of one run's tokens both sides sampled alike is
+printed.
 
 The last lines are ``decode_batches: cache_rows_speedup=<before / now>`` and
 ``decode_batches: prefill_groups_speedup=<before / now>`` (medians of the per-pair ratios; > 1:
@@ -28,13 +30,14 @@ import dataclasses
 import statistics
 import sys
 import tempfile
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.side_by_side import alternate  # noqa: E402
 from bench.vs_trl import MODELS  # noqa: E402
 from heron.records import GenerationRequest, SamplingParams  # noqa: E402
 from heron.rollout import EmbeddedEngine  # noqa: E402
@@ -72,52 +75,47 @@ def _long_prompt_requests(vocab_size: int, new_tokens: int) -> list[GenerationRe
             for g, p in enumerate(prompts) for i in range(SAMPLES)]
 
 
-def _timed(engine: EmbeddedEngine, requests) -> tuple[float, list[list[int]]]:
-    start = time.perf_counter()
-    generations = engine.generate(requests)
-    return time.perf_counter() - start, [g.tokens for g in generations]
+def _generate(engine: EmbeddedEngine, requests, tokens: dict, name: str,
+              select=PreallocatedLayer.batch_select_indices) -> Callable[[], None]:
+    """A step for ``alternate``: ``engine`` decodes ``requests`` with ``select`` as the cache's
+    row selection; the tokens it sampled go to ``tokens[name]``."""
+    def step() -> None:
+        now, PreallocatedLayer.batch_select_indices = PreallocatedLayer.batch_select_indices, select
+        try:
+            tokens[name] = [g.tokens for g in engine.generate(requests)]
+        finally:
+            PreallocatedLayer.batch_select_indices = now
+    return step
+
+
+def _speedup(label: str, times: dict[str, list[float]]) -> float:
+    """Prints each round's before/now; the median of those ratios."""
+    ratios = [before / now for before, now in zip(times["before"], times["now"])]
+    for before, now, ratio in zip(times["before"], times["now"], ratios):
+        print(f"{label}: before {before:.3f} s  now {now:.3f} s  before/now {ratio:.2f}")
+    return statistics.median(ratios)
 
 
 def cache_rows(engine: EmbeddedEngine, requests) -> float:
-    now = PreallocatedLayer.batch_select_indices
-    sides = {"now": now, "before": whole_buffers}
-    _timed(engine, requests)
-    ratios = []
-    for pair in range(PAIRS):
-        times, tokens = {}, {}
-        for name in (["before", "now"] if pair % 2 == 0 else ["now", "before"]):
-            PreallocatedLayer.batch_select_indices = sides[name]
-            try:
-                times[name], tokens[name] = _timed(engine, requests)
-            finally:
-                PreallocatedLayer.batch_select_indices = now
-        if tokens["now"] != tokens["before"]:
-            raise AssertionError("the two sides sampled different tokens")
-        ratios.append(times["before"] / times["now"])
-        print(f"cache rows: before {times['before']:.3f} s  now {times['now']:.3f} s  before/now {ratios[-1]:.2f}")
+    tokens: dict[str, list[list[int]]] = {}
+    times = alternate({"before": _generate(engine, requests, tokens, "before", whole_buffers),
+                       "now": _generate(engine, requests, tokens, "now")}, PAIRS)
+    if tokens["now"] != tokens["before"]:
+        raise AssertionError("the two sides sampled different tokens")
     lengths = [len(t) for t in tokens["now"]]
     print(f"cache rows: answer lengths {min(lengths)}-{max(lengths)}, mean {statistics.mean(lengths):.0f}")
-    return statistics.median(ratios)
+    return _speedup("cache rows", times)
 
 
 def prefill_groups(engine: EmbeddedEngine, requests) -> float:
-    now = engine
     before = EmbeddedEngine(engine.model, pad_token_id=engine.pad_token_id, prefill_forward_tokens=None)
-    sides = {"now": now, "before": before}
-    for side in sides.values():
-        _timed(side, requests)
-    ratios, same, total = [], 0, 0
-    for pair in range(PAIRS):
-        times, tokens = {}, {}
-        for name in (["before", "now"] if pair % 2 == 0 else ["now", "before"]):
-            times[name], tokens[name] = _timed(sides[name], requests)
-        same += sum(a == b for x, y in zip(tokens["now"], tokens["before"]) for a, b in zip(x, y))
-        total += sum(len(x) for x in tokens["now"])
-        ratios.append(times["before"] / times["now"])
-        print(f"prefill groups: before {times['before']:.3f} s  now {times['now']:.3f} s  before/now {ratios[-1]:.2f}")
-    print(f"prefill groups: prompts of {min(PROMPT_LENGTHS)}-{max(PROMPT_LENGTHS)} tokens; "
-          f"tokens sampled alike by both sides: {same}/{total}")
-    return statistics.median(ratios)
+    tokens: dict[str, list[list[int]]] = {}
+    times = alternate({"before": _generate(before, requests, tokens, "before"),
+                       "now": _generate(engine, requests, tokens, "now")}, PAIRS)
+    same = sum(a == b for x, y in zip(tokens["now"], tokens["before"]) for a, b in zip(x, y))
+    print(f"prefill groups: prompts of {min(PROMPT_LENGTHS)}-{max(PROMPT_LENGTHS)} tokens; tokens sampled alike "
+          f"by both sides in a run: {same}/{sum(len(x) for x in tokens['now'])}")
+    return _speedup("prefill groups", times)
 
 
 def main() -> None:

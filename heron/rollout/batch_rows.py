@@ -1,5 +1,5 @@
-"""Per-row state of one embedded-engine batch, and the ways the batch's rows are shared, grouped
-or dropped without changing any row's result (issue 14.4).
+"""Per-row state of one embedded-engine batch, and the ways its rows are shared, dropped or
+grouped for the prefill, none of which changes a row's result beyond summation order (issue 14.4).
 
 Shapes: B = requests in the batch, R = rows still being decoded (R <= B), U = distinct prompts,
 P = padded prompt length, T = most new tokens of any row, S = most stop tokens of any row.

@@ -11,8 +11,9 @@ What may differ, and the bound (tests/tolerance.py):
   perturbation delta ~1e-6 of the probabilities moves one of D <= 1,000 draws across a
   boundary with chance <= 2 D delta ~ 2e-3).
 - With both off, one padded prefill (``prefill_forward_tokens=None``) and ``decoder="lean"``
-  (torch's own linears) the engine does the same operations as the reference: bit-identical. The default decoder packs the linears' weights
-  for oneDNN, which sums in another order: the first test's bound covers it.
+  (torch's own linears) the engine does the same operations as the reference: bit-identical.
+  The default decoder packs the linears' weights for oneDNN, which sums in another order: the
+  first test's bound covers it.
 """
 
 import math
