@@ -37,13 +37,17 @@ test-portability: $(STAMP)
 	ATEN_CPU_CAPABILITY=avx2 $(PORTABLE)
 	$(BIN)/python tests/busy_load.py -- $(PORTABLE)
 
-# The default tier on the oldest transformers pyproject.toml admits (the GPU machines' image has it),
-# in its own venv: requirements.txt's pins with transformers at its floor (tests/floor_requirements.py).
-FLOOR_VENV  := .venv-floor
-FLOOR_STAMP := $(FLOOR_VENV)/.installed
+# The default tier on the oldest torch and transformers pyproject.toml admits (the GPU machines' image
+# has them), in its own venv: requirements.txt's pins with both at their floors
+# (tests/floor_requirements.py). torch 2.11 comes from PyPI as its CUDA build (~3 GB, a few minutes).
+# FLOOR_PYTHON picks the venv's interpreter (the GPU image's is 3.12); a venv on another one is remade.
+FLOOR_PYTHON ?= $(PYTHON)
+FLOOR_VENV   := .venv-floor
+FLOOR_STAMP  := $(FLOOR_VENV)/.installed-$(shell $(FLOOR_PYTHON) -c 'import sys; print("py%d.%d" % sys.version_info[:2])')
 
 $(FLOOR_STAMP): requirements.txt pyproject.toml tests/floor_requirements.py | $(STAMP)
-	test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)
+	if [ "$$($(FLOOR_VENV)/bin/python -V 2>&1)" != "$$($(FLOOR_PYTHON) -V)" ]; then \
+	  rm -rf $(FLOOR_VENV) && $(FLOOR_PYTHON) -m venv $(FLOOR_VENV); fi
 	$(FLOOR_VENV)/bin/pip install -q --upgrade pip
 	$(BIN)/python tests/floor_requirements.py > $(FLOOR_VENV)/requirements.txt
 	$(FLOOR_VENV)/bin/pip install -q -r $(FLOOR_VENV)/requirements.txt

@@ -2,13 +2,14 @@
 admits, printed to stdout; `make test-floor` installs it into .venv-floor and runs the default tier.
 
 Why: pyproject.toml declares ranges (``transformers>=5.17,<6``) but `make` installs one pin from
-each, so a range's floor is a promise nothing checks. The GPU machines' image carries
-transformers 5.17.0 (the device tool's package list), and bench/gpu_check.sh runs heron on that
-image's own packages: an API heron uses that 5.17 lacks would fail there, in a 15-minute lease,
-not here. Which floors: transformers, the library heron reaches into most (attention registry,
-caches, masks, RoPE, ``from_pretrained``). torch's floor (2.11) is not installable on the CPU
-machine (the only CPU build on disk is 2.13.0; PyPI's torch is a multi-GB CUDA build), and the
-other core floors are libraries whose APIs heron uses lightly.
+each, so a range's floor is a promise nothing checks. The GPU machines' image carries torch
+2.11.0 and transformers 5.17.0 (the device tool's package list), and bench/gpu_check.sh runs
+heron on that image's own packages: an API heron uses that either lacks would fail there, in a
+15-minute lease, not here. Which floors: torch and transformers, the libraries heron reaches into
+most (DCP, FSDP2, oneDNN's packed linears, SDPA; the attention registry, caches, masks, RoPE,
+``from_pretrained``). torch's floor comes from PyPI as its CUDA build (~3 GB with its CUDA
+libraries), which runs on a machine without a GPU like the CPU build; the other core floors are
+libraries whose APIs heron uses lightly.
 
     python tests/floor_requirements.py > .venv-floor/requirements.txt
 """
@@ -23,7 +24,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[1]
-FLOORS = ("transformers",)
+FLOORS = ("torch", "transformers")
 
 
 def floor_version(name: str) -> str:

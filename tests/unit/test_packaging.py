@@ -56,6 +56,17 @@ def test_every_declared_requirement_is_pinned_and_the_pin_satisfies_it():
             assert req.extras <= pins[name].extras, f"pyproject {req} asks for extras requirements.txt does not install"
 
 
+def test_the_build_backend_is_pinned_and_the_pin_satisfies_the_build_system():
+    """tests/e2e/test_package.py builds the wheel without build isolation, with the venv's own
+    setuptools: requirements.txt must install one that pyproject's build-system admits."""
+    build = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
+    pins = _pins()
+    for req in map(Requirement, build):
+        assert canonicalize_name(req.name) in pins, f"build-system {req} is not pinned in requirements.txt"
+        version = _pinned_version(pins, req.name)
+        assert req.specifier.contains(version), f"requirements.txt {req.name}=={version} is outside build-system's {req}"
+
+
 def test_every_pin_is_declared_or_required_by_a_declared_package():
     """A pin nothing declares would be installed by `make venv` but missing from `pip install`."""
     declared = {canonicalize_name(r.name): r for reqs in _declared().values() for r in reqs}
@@ -113,19 +124,19 @@ def test_each_feature_check_names_an_extra_that_provides_its_modules():
             assert dists & names, f"heron[{extra.name}] does not install module {module} ({sorted(dists)})"
 
 
-def test_the_floor_venv_pins_transformers_at_pyprojects_floor_and_keeps_every_other_pin():
-    """`make test-floor`'s requirements (tests/floor_requirements.py): transformers at the ``>=``
-    bound of its pyproject range, which the range admits; every other line as requirements.txt."""
+def test_the_floor_venv_pins_torch_and_transformers_at_pyprojects_floors_and_keeps_every_other_pin():
+    """`make test-floor`'s requirements (tests/floor_requirements.py): torch and transformers at the
+    ``>=`` bound of their pyproject ranges, which the ranges admit; every other line as
+    requirements.txt."""
     from tests.floor_requirements import floor_requirements
 
     floored = floor_requirements().splitlines()
     original = (REPO / "requirements.txt").read_text().splitlines()
     assert len(floored) == len(original)
-    changed = [(old, new) for old, new in zip(original, floored) if old != new]
-    assert len(changed) == 1, changed
-    (declared,) = [r for r in _declared()[""] if canonicalize_name(r.name) == "transformers"]
-    floor = Requirement(changed[0][1].split("#")[0])
-    assert canonicalize_name(floor.name) == "transformers"
-    (spec,) = floor.specifier
-    assert spec.operator == "==" and declared.specifier.contains(spec.version), (floor, declared)
-    assert f">={spec.version}" in str(declared.specifier), (floor, declared)
+    changed = {Requirement(new.split("#")[0]) for old, new in zip(original, floored) if old != new}
+    assert {canonicalize_name(r.name) for r in changed} == {"torch", "transformers"}, changed
+    for floor in changed:
+        (declared,) = [r for r in _declared()[""] if canonicalize_name(r.name) == canonicalize_name(floor.name)]
+        (spec,) = floor.specifier
+        assert spec.operator == "==" and declared.specifier.contains(spec.version), (floor, declared)
+        assert f">={spec.version}" in str(declared.specifier), (floor, declared)
