@@ -190,8 +190,10 @@ def map_location(device: torch.device) -> Any:
 
 
 def collective_backend(kind: str) -> str:
-    """torch.distributed backend of a process group whose tensors are on ``kind``: nccl on CUDA, gloo else."""
-    return "nccl" if kind == "cuda" else "gloo"
+    """torch.distributed backend of the trainer group of a run on ``kind``: gloo on CPU; on CUDA
+    NCCL for CUDA tensors and gloo for CPU ones (the loss normaliser, metrics and counts are
+    reduced as host scalars, which an NCCL-only group refuses)."""
+    return "cpu:gloo,cuda:nccl" if kind == "cuda" else "gloo"
 
 
 def gpus_per_bundle(kind: str) -> int:
@@ -240,8 +242,8 @@ def accelerator_rng_state() -> dict:
 def restore_accelerator_rng_state(states: list[torch.Tensor]) -> None:
     """Restores what ``accelerator_rng_state`` captured (ignored on a machine without CUDA: a
     CUDA run resumed on CPU draws its CPU randomness from the CPU state, which is always restored)."""
-    if cuda_available():
-        torch.cuda.set_rng_state_all(states)
+    if cuda_available():  # a save that saw more devices than this process: the first ones' states
+        torch.cuda.set_rng_state_all(states[: torch.cuda.device_count()])
 
 
 GLOO_LAZY_INIT = "TORCH_GLOO_LAZY_INIT"
@@ -250,10 +252,12 @@ GLOO_LAZY_INIT = "TORCH_GLOO_LAZY_INIT"
 def prepare_process_groups() -> None:
     """Called before this process makes a process group: its gloo groups then connect each pair
     of ranks at the pair's first use (torch's documented ``TORCH_GLOO_LAZY_INIT``) instead of all
-    pairs while the group is made. Why: gloo's full-mesh connect failed now and then with
-    "Gloo connectFullMesh failed ... Connection closed by peer" on loopback (a 2-rank group made
-    right after the default group, on a busy 2-core machine: 21 of 240 runs; with lazy
-    connections 0 of 240, 2026-12-05). A value already in the environment is kept."""
+    pairs while the group is made. Why: with eager connections, a group that one rank destroys
+    right after making it (a ``ManagedProcessGroup`` released by its component's first sleep) can
+    fail on the other rank, still inside gloo's full-mesh connect, with "Gloo connectFullMesh
+    failed ... Connection closed by peer": the first rank's connect had completed on its side
+    alone (21 of 240 runs on a busy 2-core machine; with lazy connections 0 of 240;
+    docs/cluster.md has the trace through gloo). A value already in the environment is kept."""
     os.environ.setdefault(GLOO_LAZY_INIT, "1")
 
 

@@ -55,6 +55,7 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(f"{unlisted} start Ray (ray_session/no_ray): add them to RAY_FILES in tests/conftest.py")
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest without xdist (bench/gpu_check.sh on another image) would reject it
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadfile`` with every Ray file in one unit (the scheduler sees test ids only)."""
     if config.getvalue("dist") != "loadfile":

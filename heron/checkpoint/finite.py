@@ -60,9 +60,16 @@ def nonfinite_tensors(state: dict[str, Any]) -> list[str]:
     tensors = [*_floating_tensors("", state.get("model", {})), *_floating_tensors("optimizer", state.get("optimizer", {}))]
     if not tensors:
         return []
-    bounds = torch.stack([torch.stack(torch.aminmax(t)).float() for _, t in tensors])  # [num_tensors, 2]
-    finite = torch.isfinite(bounds).all(dim=1).cpu()  # [num_tensors], one sync
-    return [name for (name, _), ok in zip(tensors, finite.tolist()) if not ok]
+    # grouped by device: FSDP2's foreach AdamW keeps its ``step`` on the host beside CUDA moments
+    by_device: dict[torch.device, list[int]] = {}
+    for i, (_, t) in enumerate(tensors):
+        by_device.setdefault(t.device, []).append(i)
+    finite = [True] * len(tensors)
+    for indices in by_device.values():
+        bounds = torch.stack([torch.stack(torch.aminmax(tensors[i][1])).float() for i in indices])  # [n, 2]
+        for i, ok in zip(indices, torch.isfinite(bounds).all(dim=1).tolist()):  # one sync per device
+            finite[i] = ok
+    return [name for (name, _), ok in zip(tensors, finite) if not ok]
 
 
 def _floating_tensors(prefix: str, node: Any) -> Iterator[tuple[str, torch.Tensor]]:

@@ -89,6 +89,12 @@ class HeronConfig:
             f"colocate=true places engine e on trainer rank e's bundle, so cluster.num_engines="
             f"{self.cluster.num_engines} must be <= train.world_size={world}; lower num_engines or set colocate=false",
         )
+        check(  # the broadcast group would hold trainer rank 0 and engine 0 on one GPU, which NCCL refuses
+            not (self.cluster.backend == "ray" and self.colocate and self.cluster.device == "cuda"
+                 and self.cluster.weight_transport == "broadcast"),
+            "cluster.weight_transport=broadcast with colocate=true on cluster.device=cuda would put trainer rank 0 "
+            "and engine 0 on one GPU in one NCCL group; use cluster.weight_transport=object_store or disk",
+        )
         check(
             self.cluster.backend == "local" or self.run.device in ("auto", self.cluster.device),
             f"run.device={self.run.device} places the local backend's components; on Ray cluster.device="

@@ -77,6 +77,9 @@ def test_cluster_config_rules():
         load_config(None, [*base, "loop.mode=async", "cluster.backend=ray", "colocate=true"])
     with pytest.raises(ConfigError, match="cluster.num_engines=2 must be <= train.world_size=1"):
         load_config(None, [*base, "cluster.backend=ray", "colocate=true", "cluster.num_engines=2"])
+    with pytest.raises(ConfigError, match="broadcast with colocate=true on cluster.device=cuda .* use cluster.weight_transport=object_store"):
+        load_config(None, [*base, "cluster.backend=ray", "colocate=true", "cluster.device=cuda", "cluster.weight_transport=broadcast"])
+    assert load_config(None, [*base, "cluster.backend=ray", "colocate=true", "cluster.weight_transport=broadcast"]).colocate
     with pytest.raises(ConfigError, match="call_timeout_s must be > 0"):
         load_config(None, [*base, "cluster.call_timeout_s=0"])
     assert load_config(None, [*base, "cluster.backend=ray", "checkpoint.hf_export=true"]).checkpoint.hf_export

@@ -43,7 +43,7 @@ def test_an_unknown_kind_is_refused():
 
 
 def test_the_seam_chooses_collectives_bundles_and_pinning():
-    assert [seam.collective_backend(k) for k in ("cpu", "cuda")] == ["gloo", "nccl"]
+    assert [seam.collective_backend(k) for k in ("cpu", "cuda")] == ["gloo", "cpu:gloo,cuda:nccl"]
     assert [seam.gpus_per_bundle(k) for k in ("cpu", "cuda")] == [0, 1]
     assert PlacementPlan.build(2, 1, True, 1.0, "cuda").bundles() == [{"CPU": 1.0, "GPU": 1.0}] * 2
     assert not seam.pins_host_memory("cpu") and seam.pins_host_memory(torch.device("cuda", 0))
