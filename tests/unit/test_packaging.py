@@ -22,8 +22,12 @@ NOT_PINNED = {"torch_memory_saver": "CUDA only: it installs on the CPU machine b
 OTHER_VENV = "heron/rollout/vllm/server_side/"
 
 
+def _pyproject() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
 def _project() -> dict:
-    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return _pyproject()["project"]
 
 
 def _pins() -> dict[str, Requirement]:
@@ -45,26 +49,27 @@ def _pinned_version(pins: dict[str, Requirement], name: str) -> str:
     return spec.version
 
 
+def _assert_pinned_within(pins: dict[str, Requirement], req: Requirement, where: str) -> None:
+    """requirements.txt pins ``req``'s package exactly, at a version ``req`` (from ``where``) admits."""
+    assert canonicalize_name(req.name) in pins, f"{where} {req} is not pinned in requirements.txt"
+    version = _pinned_version(pins, req.name)
+    assert req.specifier.contains(version), f"requirements.txt {req.name}=={version} is outside {where}'s {req}"
+
+
 def test_every_declared_requirement_is_pinned_and_the_pin_satisfies_it():
     pins = _pins()
     for group, reqs in _declared().items():
         for req in reqs:
-            name = canonicalize_name(req.name)
-            assert name in pins, f"pyproject [{group or 'core'}] {req} is not pinned in requirements.txt"
-            version = _pinned_version(pins, req.name)
-            assert req.specifier.contains(version), f"requirements.txt {req.name}=={version} is outside pyproject's {req}"
-            assert req.extras <= pins[name].extras, f"pyproject {req} asks for extras requirements.txt does not install"
+            _assert_pinned_within(pins, req, f"pyproject [{group or 'core'}]")
+            assert req.extras <= pins[canonicalize_name(req.name)].extras, f"pyproject {req} asks for extras requirements.txt does not install"
 
 
 def test_the_build_backend_is_pinned_and_the_pin_satisfies_the_build_system():
     """tests/e2e/test_package.py builds the wheel without build isolation, with the venv's own
     setuptools: requirements.txt must install one that pyproject's build-system admits."""
-    build = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
     pins = _pins()
-    for req in map(Requirement, build):
-        assert canonicalize_name(req.name) in pins, f"build-system {req} is not pinned in requirements.txt"
-        version = _pinned_version(pins, req.name)
-        assert req.specifier.contains(version), f"requirements.txt {req.name}=={version} is outside build-system's {req}"
+    for req in map(Requirement, _pyproject()["build-system"]["requires"]):
+        _assert_pinned_within(pins, req, "build-system")
 
 
 def test_every_pin_is_declared_or_required_by_a_declared_package():
