@@ -28,6 +28,7 @@ RESUME_FREE = (
     # loss or a hanging reward resumes with train.on_nonfinite=skip or a longer reward.timeout_s
     "train.on_nonfinite", "reward.timeout_s",
     "train.old_logprobs_forward",  # which forward computes pi_old, not its values (heron.trainer.old_logprobs)
+    "train.balance_ranks",  # which rank sums which row, not the update (heron.parallel.rank_balance)
 )
 
 # Keys that change what a run computes only with a learned critic (algo.advantage=gae): left out of

@@ -5,9 +5,10 @@ the Ray backend, with the verbs the run uses on a ``Critic`` (``values``, ``trai
 Critic rank r runs on trainer rank r's bundle (taking turns with it when colocated) and is a
 ``DataParallelCritic`` (heron.parallel.dp_critic): the ranks form their own torch.distributed
 group (FSDP2 or DDP as ``train.parallel``), separate from the trainer ranks'. ``values`` gives
-each rank an equal share of the rows; ``train`` the same share of every mini-batch as the
-policy's ranks get (``shard_for_ranks``), so the update is the single-process one in another
-summation order. value_mean and explained_variance need the whole batch: they are computed
+each rank an equal share of the rows; ``train`` an equal share of every mini-batch
+(``shard_for_ranks``; with ``train.balance_ranks`` dealt for about equal tokens, every row
+counting, since the value loss has no zero-advantage rows to skip: heron.parallel.rank_balance),
+so the update is the single-process one in another summation order. value_mean and explained_variance need the whole batch: they are computed
 here, on the driver, from the batch the ranks were given. Checkpoints: every rank writes its
 DCP shards of ``critic/`` collectively (rank 0 its ``state.json``); loading reshards to this
 world size.
@@ -25,6 +26,7 @@ from heron.cluster.rank_spec import RankSpec, join_group, wait_saved_on_ranks
 from heron.cluster.remote_call import ActorRef, wait_all
 from heron.critic.build import build_critic
 from heron.critic.critic import batch_metrics
+from heron.parallel.rank_balance import RankBalance
 from heron.parallel.shard_batch import shard_for_ranks
 from heron.residency import Holdings, Resident, host_only, needs_device
 from heron.trainer.batch import TrainBatch
@@ -45,10 +47,11 @@ def build_critic_rank(spec: RankSpec, rank: int, master_addr: str, master_port: 
 
 
 class CriticGroup(Resident):
-    def __init__(self, ranks: list[ActorRef], steps_per_rollout: int, timeout_s: float):
+    def __init__(self, ranks: list[ActorRef], steps_per_rollout: int, timeout_s: float, balance: RankBalance | None = None):
         self.ranks = ranks
         self.steps = steps_per_rollout
         self.timeout_s = timeout_s
+        self.balance = balance  # None: contiguous shares
 
     @needs_device
     def values(self, batch: TrainBatch) -> torch.Tensor:
@@ -59,7 +62,7 @@ class CriticGroup(Resident):
 
     @needs_device
     def train(self, batch: TrainBatch) -> dict[str, float]:
-        shards = shard_for_ranks(batch, self.steps, len(self.ranks))
+        shards = shard_for_ranks(batch, self.steps, len(self.ranks), self.balance)
         metrics = wait_all([(r, r.submit("train", s)) for r, s in zip(self.ranks, shards)], "train", self.timeout_s)
         return {**metrics[0], **batch_metrics(batch)}  # every rank returns the reduced step metrics
 

@@ -33,6 +33,7 @@ from heron.config.cluster import ClusterConfig
 from heron.config.tracking import ProfileConfig
 from heron.config.train import TrainConfig
 from heron.critic.build import CriticSpec
+from heron.parallel.rank_balance import RankBalance
 from heron.residency.coordinator import Coordinator
 from heron.residency.wiring import ResidencySettings
 from heron.rollout.registry import EngineSpec, build_engine
@@ -105,7 +106,8 @@ class RayExecutor:
         if self.cluster.weight_transport == "broadcast":
             self._join_weight_group(ranks[0])
         transport = build_transport(self.cluster.weight_transport, self.settings.weight_dir, self.cluster.call_timeout_s)
-        return TrainerGroup(ranks, train.steps_per_rollout, transport, self.cluster.call_timeout_s)
+        balance = RankBalance(ranks[0].get("skips_zero_advantage_rows"), deal=train.balance_ranks)
+        return TrainerGroup(ranks, train.steps_per_rollout, transport, self.cluster.call_timeout_s, balance)
 
     def critic(self, spec: CriticSpec, coordinator: Coordinator) -> CriticGroup:
         """The critic's rank actors, one on each trainer rank's bundle, built like the local critic
@@ -113,7 +115,9 @@ class RayExecutor:
         and proxies registered with the run's coordinator (offloaded like the trainer)."""
         bundles = self.plan.critic_bundles
         ranks = self._rank_actors("critic", bundles, build_critic_rank, spec)
-        critic = CriticGroup(ranks, self.settings.train.steps_per_rollout, self.cluster.call_timeout_s)
+        train = self.settings.train
+        balance = RankBalance(skips_zero_advantage=False, deal=train.balance_ranks)  # every row has a value loss
+        critic = CriticGroup(ranks, train.steps_per_rollout, self.cluster.call_timeout_s, balance)
         settings = self.settings.residency
         critic.residency = attach_actors(ranks, bundles, settings.offload_train, settings, coordinator,
                                          self.cluster.startup_timeout_s)

@@ -1,10 +1,12 @@
 """``TrainerGroup``: the driver's stand-in for ``train.world_size`` trainer rank actors,
 with the verbs the run uses on a ``PolicyTrainer`` (``train``, ``weights``, ``version``).
 
-``train`` gives each rank its share of every mini-batch (``shard_for_ranks``) and runs all
+``train`` gives each rank its share of every mini-batch (``rank_rows``; with
+``train.balance_ranks`` rows dealt for about equal work, heron.parallel.rank_balance) and runs all
 ranks concurrently; the ranks form a torch.distributed group and return already-reduced
-metrics. ``weights`` returns rank 0's full weights (all-gathered at the end of ``train``), as
-numpy arrays (object-store transport) or as a versioned safetensors file (disk transport).
+metrics, to which it adds ``rank_work_imbalance`` (the largest rank's work over the mean).
+``weights`` returns rank 0's full weights (all-gathered at the end of ``train``), as numpy
+arrays (object-store transport) or as a versioned safetensors file (disk transport).
 
 Operations are declared like ``PolicyTrainer``'s: ``@needs_device`` ones wake every rank
 through its residency proxy (the coordinator sleeps colocated engines first);
@@ -23,7 +25,8 @@ from heron.checkpoint.run_state import TrainerState
 from heron.checkpoint.shards import SavedShards, ShardRequest
 from heron.cluster.rank_spec import RankSpec, join_group, wait_saved_on_ranks
 from heron.cluster.remote_call import ActorRef, wait_all
-from heron.parallel.shard_batch import shard_for_ranks
+from heron.parallel.rank_balance import RankBalance, imbalance
+from heron.parallel.shard_batch import rank_rows, shard_for_ranks
 from heron.residency import Holdings, Resident, host_only, needs_device
 from heron.trainer.batch import TrainBatch
 from heron.trainer.build import build_trainer
@@ -50,19 +53,22 @@ def build_trainer_rank(spec: RankSpec, rank: int, master_addr: str, master_port:
 
 
 class TrainerGroup(Resident):
-    def __init__(self, ranks: list[ActorRef], steps_per_rollout: int, transport: WeightTransport, timeout_s: float):
+    def __init__(self, ranks: list[ActorRef], steps_per_rollout: int, transport: WeightTransport, timeout_s: float,
+                 balance: RankBalance):
         self.ranks = ranks
         self.steps = steps_per_rollout
         self.transport = transport
         self.timeout_s = timeout_s
+        self.balance = balance
         self.version = 0  # policy version, as PolicyTrainer.version: train() calls applied
 
     @needs_device
     def train(self, batch: TrainBatch) -> dict[str, float]:
-        shards = shard_for_ranks(batch, self.steps, len(self.ranks))
+        rows = rank_rows(batch, self.steps, len(self.ranks), self.balance)
+        shards = [batch.take(share, batch.input_ids.shape[1]) for share in rows]
         metrics = wait_all([(r, r.submit("train", s)) for r, s in zip(self.ranks, shards)], "train", self.timeout_s)
         self.version += 1
-        return metrics[0]
+        return {**metrics[0], "rank_work_imbalance": imbalance(rows, self.balance.work(batch))}
 
     @needs_device
     def sequence_kl(self, batch: TrainBatch) -> list[float]:

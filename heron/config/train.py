@@ -75,6 +75,14 @@ class TrainConfig:
     )
     world_size: int = doc("Data-parallel trainer ranks (torch.distributed group); > 1 needs cluster.backend=ray.", 1)
     parallel: Literal["fsdp2", "ddp"] = doc("Data parallelism of the ranks: fsdp2 (fully_shard, default) or ddp.", "fsdp2")
+    balance_ranks: bool = doc(
+        "With world_size > 1: deal each mini-batch's rows to the ranks so that each gets about the same work "
+        "(tokens of the rows it trains; a prompt's samples kept together), instead of contiguous equal shares: a "
+        "step waits for its slowest rank. Every rank still gets the same number of rows; only which rank sums "
+        "which row changes (float summation order). train/rank_work_imbalance is the largest rank's work over "
+        "the mean (heron.parallel.rank_balance).",
+        True,
+    )
     on_nonfinite: Literal["error", "skip"] = doc(
         "A mini-batch whose loss or global grad norm is inf/nan: error stops the run before the optimizer "
         "step applies it; skip zeroes its gradients, skips that optimizer and LR-schedule step and counts "

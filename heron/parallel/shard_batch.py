@@ -1,9 +1,11 @@
 """Splitting a rollout's ``TrainBatch`` across data-parallel ranks.
 
 The trainer takes ``steps`` optimizer steps, each on one contiguous mini-batch of
-``len(batch) / steps`` rows. Rank r gets the r-th equal share of *every* mini-batch, in step
-order, so each rank's step s sees exactly its part of the single-process step s. Rows keep
-the whole batch's padding, so a rank computes the same per-row values as one process would.
+``len(batch) / steps`` rows. Rank r gets its share of *every* mini-batch, in step order, so each
+rank's step s sees exactly its part of the single-process step s: the r-th contiguous equal
+share, or the rows ``RankBalance`` deals it (heron.parallel.rank_balance: about equal work per
+rank, the same number of rows). Rows keep the whole batch's padding, so a rank computes the same
+per-row values as one process would.
 """
 
 from __future__ import annotations
@@ -12,18 +14,32 @@ from dataclasses import replace
 
 import torch
 
+from heron.parallel.rank_balance import RankBalance
 from heron.trainer.batch import TrainBatch
 
 
-def shard_for_ranks(batch: TrainBatch, steps: int, world_size: int) -> list[TrainBatch]:
+def shard_for_ranks(batch: TrainBatch, steps: int, world_size: int, balance: RankBalance | None = None) -> list[TrainBatch]:
+    """Each rank's rows of ``batch`` (``rank_rows``), as batches."""
+    return [batch.take(rows, batch.input_ids.shape[1]) for rows in rank_rows(batch, steps, world_size, balance)]
+
+
+def rank_rows(batch: TrainBatch, steps: int, world_size: int, balance: RankBalance | None = None) -> list[list[int]]:
+    """Row indices of ``batch`` for each rank: its share of every mini-batch, in step order
+    (``balance`` None: the contiguous equal shares)."""
     mini = len(batch) // steps
     if len(batch) % steps or mini % world_size:
         raise ValueError(f"{len(batch)} rows do not split into {steps} mini-batches x {world_size} equal rank shares")
     share = mini // world_size
-    return [
-        concat([batch.select(slice(s * mini + r * share, s * mini + (r + 1) * share)) for s in range(steps)])
-        for r in range(world_size)
-    ]
+    rows: list[list[int]] = [[] for _ in range(world_size)]
+    for step in range(steps):
+        start = step * mini
+        if balance is None:
+            shares = [range(r * share, (r + 1) * share) for r in range(world_size)]
+        else:
+            shares = balance.shares(batch.select(slice(start, start + mini)), world_size)
+        for rank, rank_share in enumerate(shares):
+            rows[rank].extend(start + i for i in rank_share)
+    return rows
 
 
 def concat(parts: list[TrainBatch]) -> TrainBatch:

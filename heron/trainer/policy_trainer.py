@@ -284,10 +284,18 @@ class PolicyTrainer(Resident):
         normalizer = replace(normalizer, metric=self._loss_normalizer(trained).metric)
         return parts, normalizer, 1.0 - len(trained) / len(mini)
 
+    @property
+    @host_only
+    def skips_zero_advantage_rows(self) -> bool:
+        """``train.skip_zero_advantage`` applies to this objective (heron.trainer.zero_advantage):
+        rows without an advantage run no forward. A data-parallel group weighs its ranks' work by
+        it (heron.parallel.rank_balance)."""
+        return self.cfg.skip_zero_advantage and self.objective.zero_advantage_idle
+
     def _rows_with_gradient(self, batch: TrainBatch) -> list[int] | None:
         """The rows of ``batch`` with a gradient when ``train.skip_zero_advantage`` applies to the
         objective (heron.trainer.zero_advantage), else None: train every row."""
-        if not (self.cfg.skip_zero_advantage and self.objective.zero_advantage_idle):
+        if not self.skips_zero_advantage_rows:
             return None
         return rows_with_gradient(batch.advantages, batch.loss_mask)
 

@@ -37,12 +37,18 @@ def rows_with_gradient(
     """Rows (in order) with a non-zero advantage on at least one loss position; at least one
     row, the one with the fewest loss tokens, when none has. NaN counts as non-zero, so a
     non-finite advantage still reaches the loss and the non-finite guard."""
-    on_loss = loss_mask != 0  # [B, L-1]
-    if advantages.dim() == 1:
-        live = (advantages != 0) & on_loss.any(dim=-1)  # [B]
-    else:
-        live = ((advantages != 0) & on_loss).any(dim=-1)  # [B]
-    rows = live.nonzero().flatten().tolist()
+    rows = has_gradient(advantages, loss_mask).nonzero().flatten().tolist()
     if rows:
         return rows
-    return [int(on_loss.sum(dim=-1).argmin())]
+    return [int((loss_mask != 0).sum(dim=-1).argmin())]
+
+
+def has_gradient(
+    advantages: torch.Tensor,  # [B] per sequence, or [B, L-1] per token
+    loss_mask: torch.Tensor,  # [B, L-1]
+) -> torch.Tensor:
+    """[B] bool: the row has a non-zero (or NaN) advantage on at least one loss position."""
+    on_loss = loss_mask != 0  # [B, L-1]
+    if advantages.dim() == 1:
+        return (advantages != 0) & on_loss.any(dim=-1)
+    return ((advantages != 0) & on_loss).any(dim=-1)

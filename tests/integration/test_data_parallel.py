@@ -105,6 +105,8 @@ def test_two_ranks_equal_one_process(
     model_config = AutoConfig.from_pretrained(toy_model_dir)
     n = reduction_length(model_config, tokens=8 * model_config.max_position_embeddings)  # 8 rows per rollout
     assert ray_tokens == local_tokens  # the engine actors sample what the local engine samples, in order
+    # the group's own metric (train.balance_ranks, on by default: the rows were dealt to the ranks)
+    assert all(m.pop("rank_work_imbalance") >= 1.0 for m in ray_metrics)
     assert local_served == ray_served == NUM_ROLLOUTS
     for local_m, ray_m in zip(local_metrics, ray_metrics):
         assert_metrics_close(ray_m, local_m, n=n, log_vocab=math.log(model_config.vocab_size))

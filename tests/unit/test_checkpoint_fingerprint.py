@@ -83,6 +83,19 @@ def test_where_old_logprobs_come_from_may_change_on_resume():
     check_config("rollout-000004", before_the_key, saved)
 
 
+def test_how_rows_are_dealt_to_ranks_may_change_on_resume():
+    """train.balance_ranks changes which rank sums which row, not the update
+    (heron.parallel.rank_balance), so a run resumes across it, and from checkpoints saved before
+    the key existed."""
+    from heron.checkpoint.fingerprint import config_fingerprint
+    from heron.config.base import to_dict
+
+    base = ["model.path=m", "data.path=d.jsonl"]
+    saved = config_fingerprint(to_dict(load_config(None, base)))
+    assert "train.balance_ranks" not in saved
+    check_config("rollout-000004", saved, config_fingerprint(to_dict(load_config(None, [*base, "train.balance_ranks=false"]))))
+
+
 def test_critic_keys_count_only_for_a_run_with_a_critic():
     """critic.* and algo.gamma / algo.lam change what a run computes only with algo.advantage=gae:
     without it a checkpoint saved before the keys existed still resumes; with it they must match."""
