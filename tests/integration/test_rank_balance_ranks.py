@@ -19,6 +19,8 @@ from tests.gloo_ranks import on_gloo_ranks
 from tests.integration.test_old_logprobs_ranks import _train_counted, _trainer
 from tests.integration.test_packing_ranks import assert_same_rank_updates
 
+pytestmark = pytest.mark.portability
+
 WORLD, ROWS, LENGTH, PROMPT = 2, 8, 10, 3
 ADVANTAGES = [1.0, -0.5, 0.5, -0.25, 0.0, 0.0, 0.0, 0.0]
 ANSWER_ENDS = [10, 9, 10, 8, 6, 6, 5, 6]  # tokens per row: the rows that train are also the long ones
