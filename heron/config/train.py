@@ -23,7 +23,7 @@ class TrainConfig:
     max_tokens_per_micro_batch: int = doc(
         "Token budget of a micro-batch: the tokens its forward holds (rows x their padded length; with shared "
         "prompts, the packed rows x their length); 0 packs micro_batch_size rows in batch "
-        "order. > 0: rows are sorted by length and packed greedily under the budget, each micro-batch padded "
+        "order, each micro-batch cut to its own longest row. > 0: rows are sorted by length and packed greedily under the budget, each micro-batch padded "
         "only to its own longest row (a row longer than the budget is a micro-batch of its own); micro_batch_size "
         "is then unused. The loss normaliser is the mini-batch's either way, so the gradient is the same sum "
         "(heron.trainer.packing).",

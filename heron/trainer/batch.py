@@ -62,21 +62,22 @@ class TrainBatch:
         return replace(self, sample_ids=self.sample_ids[index], **tensors)
 
     def take(self, rows: Sequence[int], length: int) -> "TrainBatch":
-        """Rows ``rows`` (in that order), cut to ``length`` positions: the [B, L] tensors to
-        ``length``, the per-position [B, L-1] ones (token-level advantages, returns and old values
-        included) to ``length - 1``; [B] tensors are only indexed."""
+        """Rows ``rows`` (in that order), cut to ``length`` positions (``cut``)."""
         index = torch.tensor(list(rows), dtype=torch.long)
+        tensors = {name: None if t is None else t[index] for name, t in self.row_tensors().items()}
+        return replace(self, sample_ids=[self.sample_ids[i] for i in rows], **tensors).cut(length)
+
+    def cut(self, length: int) -> "TrainBatch":
+        """This batch cut to ``length`` positions (views): the [B, L] tensors to ``length``, the
+        per-position [B, L-1] ones (token-level advantages, returns and old values included) to
+        ``length - 1``; [B] tensors as they are."""
 
         def cut(name: str, t: torch.Tensor | None) -> torch.Tensor | None:
-            if t is None:
-                return None
-            t = t[index]
-            if t.dim() == 1:
+            if t is None or t.dim() == 1:
                 return t
             return t[:, :length] if name in _SEQUENCE_FIELDS else t[:, : length - 1]
 
-        tensors = {name: cut(name, t) for name, t in self.row_tensors().items()}
-        return replace(self, sample_ids=[self.sample_ids[i] for i in rows], **tensors)
+        return replace(self, **{name: cut(name, t) for name, t in self.row_tensors().items()})
 
     def chunks(self, size: int) -> Iterator["TrainBatch"]:
         for start in range(0, len(self), size):

@@ -1,10 +1,12 @@
 """Micro-batches of an optimizer mini-batch: by row count, or packed under a token budget.
 
-``train.max_tokens_per_micro_batch = 0``: consecutive runs of ``micro_batch_size`` rows, padded
-to the batch's length (as collated). ``> 0``: rows are sorted by length (longest first) and packed
-greedily while ``rows x longest row <= budget``; each micro-batch is cut to its own longest row,
-so short rows no longer pay for the padding of the longest one, and a forward costs about the
-same everywhere. Inside a micro-batch the rows keep their batch order.
+``train.max_tokens_per_micro_batch = 0``: consecutive runs of ``micro_batch_size`` rows, each cut
+to its own longest row (trailing padding past every row of the run is never computed; until
+2026-12-07 they were padded to the batch's length, as collated). ``> 0``: rows are sorted by
+length (longest first) and packed greedily while ``rows x longest row <= budget``; each
+micro-batch is cut to its own longest row, so short rows no longer pay for the padding of the
+longest one, and a forward costs about the same everywhere. Inside a micro-batch the rows keep
+their batch order.
 
 With shared prompts (``train.share_prompts``, heron.trainer.shared_prompts) the rows of a prompt
 are taken one after the other, and the budget counts what the forward holds: the packed rows x
@@ -83,12 +85,9 @@ def micro_batches(
     (heron.trainer.shared_prompts) with this cost model; packing then keeps the rows of one
     prompt next to each other and counts the tokens of the shared layout (``pack_rows``)."""
     full = mini.input_ids.shape[1]
-    if max_tokens <= 0 and rows is None:
-        return [
-            MicroBatch(slice(s, s + micro_batch_size), full, mini.select(slice(s, s + micro_batch_size)))
-            for s in range(0, len(mini), micro_batch_size)
-        ]
     lengths = mini.attention_mask.sum(dim=-1).tolist()  # [B] tokens per row (right-padded)
+    if max_tokens <= 0 and rows is None:
+        return [_in_order(mini, lengths, slice(s, s + micro_batch_size)) for s in range(0, len(mini), micro_batch_size)]
     budget = _Budget.of(mini, lengths, max_tokens, share_cost)
     chosen = list(range(len(mini))) if rows is None else list(rows)
     groups = _groups(chosen, lengths, micro_batch_size, budget)
@@ -107,6 +106,12 @@ def micro_batches(
         length = cut_length([lengths[i] for i in group_rows], full)
         out.append(MicroBatch(torch.tensor(group_rows), length, mini.take(group_rows, length)))
     return out
+
+
+def _in_order(mini: TrainBatch, lengths: list[int], rows: slice) -> MicroBatch:
+    """Rows ``rows`` of ``mini`` as they are, cut to their longest row."""
+    length = cut_length(lengths[rows], mini.input_ids.shape[1])
+    return MicroBatch(rows, length, mini.select(rows).cut(length))
 
 
 def cut_length(lengths: list[int], full: int) -> int:

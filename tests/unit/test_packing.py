@@ -82,6 +82,43 @@ def test_packed_micro_batches_are_cut_to_their_longest_row(toy_model_dir):
     assert len(micro_batches(batch, 4, 3 * full, count=lambda n: n + 2)) == len(parts) + 2
 
 
+def test_row_count_micro_batches_are_cut_to_their_longest_row(toy_model_dir):
+    """Without a token budget: runs of micro_batch_size rows in batch order, each cut to its own
+    longest row (padded to the batch's length until 2026-12-07), only padding cut."""
+    _, _, batch = _rollout(toy_model_dir)
+    full, lengths = batch.input_ids.shape[1], batch.attention_mask.sum(-1).tolist()
+    parts = micro_batches(batch, 4, 0)
+    assert [p.rows for p in parts] == [slice(s, s + 4) for s in range(0, len(batch), 4)]
+    assert [p.length for p in parts] == [max(lengths[s : s + 4]) for s in range(0, len(batch), 4)]
+    assert min(p.length for p in parts) < full  # the rollout's runs differ in length
+    for p in parts:
+        assert torch.equal(p.batch.input_ids, batch.input_ids[p.rows, : p.length])
+        assert torch.equal(p.take(batch.loss_mask), p.batch.loss_mask)
+        assert p.batch.loss_mask.sum() == batch.loss_mask[p.rows].sum()
+        assert not batch.attention_mask[p.rows, p.length :].any()
+
+
+@pytest.mark.portability
+def test_cutting_a_run_of_rows_changes_no_logprob_beyond_round_off(toy_model_dir):
+    """A run of rows cut to its longest row against the same rows at the batch's padded length
+    (what the row-count path ran before): trailing padding is masked out of attention and of the
+    loss, so every real position's logprob agrees within the bound of another summation order."""
+    from heron.trainer.logprobs import forward_logprobs
+
+    _, _, batch = _rollout(toy_model_dir)
+    trainer = _trainer(toy_model_dir, micro_batch_size=4)
+    shortest = min(micro_batches(batch, 4, 0), key=lambda p: p.length)
+    padded = batch.select(shortest.rows)
+    assert shortest.length < padded.input_ids.shape[1]
+    with torch.no_grad():
+        cut = forward_logprobs(trainer.model, shortest.batch.input_ids, shortest.batch.attention_mask, 1.0)[0]
+        whole = forward_logprobs(trainer.model, padded.input_ids, padded.attention_mask, 1.0)[0]
+    mask = shortest.batch.loss_mask.bool()
+    n = reduction_length(trainer.model.config, tokens=padded.input_ids.numel())
+    for got, want in zip(cut[mask].tolist(), whole[:, : shortest.length - 1][mask].tolist()):
+        assert_sums_close(got, want, n=n, magnitude=abs(want) + math.log(trainer.model.config.vocab_size), what="logprob")
+
+
 def test_take_cuts_every_per_position_tensor_with_its_rows():
     """[B, L] tensors to the length, [B, L-1] ones (token-level advantages, returns, old values,
     mismatch weights) to length - 1, [B] ones indexed only."""
