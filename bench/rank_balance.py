@@ -88,8 +88,8 @@ def _rank(rank: int, tmp: str, model_dir: str, batches: int, repeats: int) -> No
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module")  # transformers' output views, one per forward
     trainer = _trainer(model_dir)
-    ways = {"contiguous": RankBalance(trainer.skips_zero_advantage_rows, deal=False),
-            "dealt": RankBalance(trainer.skips_zero_advantage_rows)}
+    skips, rows = trainer.skips_zero_advantage_rows, trainer.cfg.micro_batch_size
+    ways = {"contiguous": RankBalance(skips, deal=False), "dealt": RankBalance(skips, micro_batch_size=rows)}
     lines = []
     for seed in range(batches):
         batch = rollout(trainer.model.config.vocab_size, seed)

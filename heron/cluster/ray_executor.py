@@ -106,7 +106,7 @@ class RayExecutor:
         if self.cluster.weight_transport == "broadcast":
             self._join_weight_group(ranks[0])
         transport = build_transport(self.cluster.weight_transport, self.settings.weight_dir, self.cluster.call_timeout_s)
-        balance = RankBalance(ranks[0].get("skips_zero_advantage_rows"), deal=train.balance_ranks)
+        balance = RankBalance(ranks[0].get("skips_zero_advantage_rows"), train.balance_ranks, _rows_per_micro_batch(train))
         return TrainerGroup(ranks, train.steps_per_rollout, transport, self.cluster.call_timeout_s, balance)
 
     def critic(self, spec: CriticSpec, coordinator: Coordinator) -> CriticGroup:
@@ -116,7 +116,7 @@ class RayExecutor:
         bundles = self.plan.critic_bundles
         ranks = self._rank_actors("critic", bundles, build_critic_rank, spec)
         train = self.settings.train
-        balance = RankBalance(skips_zero_advantage=False, deal=train.balance_ranks)  # every row has a value loss
+        balance = RankBalance(False, train.balance_ranks, _rows_per_micro_batch(train))  # every row has a value loss
         critic = CriticGroup(ranks, train.steps_per_rollout, self.cluster.call_timeout_s, balance)
         settings = self.settings.residency
         critic.residency = attach_actors(ranks, bundles, settings.offload_train, settings, coordinator,
@@ -211,3 +211,8 @@ def _wait_gone(actor: ActorRef, timeout_s: float) -> None:
             continue
         time.sleep(0.05)
     log.warning("%s: still answering %.0f s after ray.kill", actor.name, timeout_s)
+
+
+def _rows_per_micro_batch(train: TrainConfig) -> int:
+    """``RankBalance.micro_batch_size``: the rows of a micro-batch, or 0 where a token budget packs them."""
+    return 0 if train.max_tokens_per_micro_batch > 0 else train.micro_batch_size

@@ -19,8 +19,11 @@ forward can still share the prompt, where the mini-batch is made of runs of the 
 of one size, whose number divides by the ranks (a GRPO mini-batch); else a row. Example, work
 [9, 8, 2, 1] by row on 2 ranks: contiguous shares [0, 1] and [2, 3] have work 17 and 3; the
 deal gives rank 0 rows [0, 3] and rank 1 rows [1, 2], work 10 each. The contiguous shares are
-kept where the deal would not lower the largest rank's work (an even batch stays as it was), and
-a rank's rows keep their mini-batch order.
+kept where the deal would not lower the largest rank's work (an even batch stays as it was), or
+would raise the number of micro-batches every rank runs: a rank runs ``ceil(rows it trains /
+micro_batch_size)`` of them and all run the largest count (each forward is a collective under
+FSDP2, heron.trainer.packing), and each costs a fixed share (the parameters' all-gathers, the
+kernels' start-up) that tokens do not count. A rank's rows keep their mini-batch order.
 
 Why the update is the same: a mini-batch's loss is a sum over its rows divided by one global
 normaliser, and the ranks' gradients are averaged (heron.parallel.dp_trainer), so which rank
@@ -40,10 +43,13 @@ from heron.trainer.zero_advantage import has_gradient
 class RankBalance:
     """``skips_zero_advantage``: the ranks' trainers leave zero-advantage rows out
     (``PolicyTrainer.skips_zero_advantage_rows``), so those rows weigh nothing. ``deal``: false
-    keeps the contiguous shares (``train.balance_ranks=false``); the work is still measured."""
+    keeps the contiguous shares (``train.balance_ranks=false``); the work is still measured.
+    ``micro_batch_size``: ``train.micro_batch_size`` where micro-batches are runs of rows, so a
+    deal may not raise their count; 0 where they are packed by tokens (then the work decides)."""
 
     skips_zero_advantage: bool
     deal: bool = True
+    micro_batch_size: int = 0  # rows per micro-batch; 0: not counted (packed by a token budget)
 
     def work(self, mini: TrainBatch) -> list[int]:
         """Per row of ``mini``: the tokens its forward and backward run (0: skipped)."""
@@ -60,7 +66,16 @@ class RankBalance:
             return contiguous
         work = self.work(mini)
         dealt = deal(work, prompt_runs(mini, world_size), world_size)
-        return dealt if _largest(dealt, work) < _largest(contiguous, work) else contiguous
+        better = _largest(dealt, work) < _largest(contiguous, work)
+        return dealt if better and self.forwards(dealt, work) <= self.forwards(contiguous, work) else contiguous
+
+    def forwards(self, shares: list[list[int]], work: list[int]) -> int:
+        """The micro-batches every rank runs under ``shares`` (the largest rank's count; 0 when
+        ``micro_batch_size`` is 0). A rank trains its rows with work (at least one row)."""
+        if self.micro_batch_size <= 0:
+            return 0
+        trained = [max(1, sum(1 for i in rows if work[i])) for rows in shares]
+        return max(-(-n // self.micro_batch_size) for n in trained)
 
 
 def deal(work: list[int], unit: int, world_size: int) -> list[list[int]]:

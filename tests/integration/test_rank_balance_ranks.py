@@ -48,7 +48,7 @@ def _scenarios(rank: int, tmp: Path, model_dir: str) -> dict:
     out = {}
     for name, dealt in (("contiguous", False), ("dealt", True)):
         trainer = _trainer(model_dir, eps=1.0)  # eps = 1: AdamW's update is Lipschitz in the gradient (tests/tolerance.py)
-        balance = RankBalance(trainer.skips_zero_advantage_rows, deal=dealt)
+        balance = RankBalance(trainer.skips_zero_advantage_rows, deal=dealt, micro_batch_size=trainer.cfg.micro_batch_size)
         shard = shard_for_ranks(_whole_batch(trainer.model.config.vocab_size), 1, WORLD, balance)[rank]
         out[name] = {**_train_counted(trainer, rank, tmp / f"{name}.pt", lambda _vocab, _rank: shard),
                      "sample_ids": shard.sample_ids}

@@ -76,10 +76,13 @@ def test_shares_are_never_worse_than_contiguous(seed):
     rows = world * rng.randint(1, 4)
     batch = _batch([rng.randint(2, 12) for _ in range(rows)], [rng.choice([0.0, 1.0, -1.0]) for _ in range(rows)])
     for skips in (False, True):
-        balance = RankBalance(skips_zero_advantage=skips)
-        work, size = balance.work(batch), rows // world
-        contiguous = [list(range(r * size, (r + 1) * size)) for r in range(world)]
-        assert max(rank_work(balance.shares(batch, world), work)) <= max(rank_work(contiguous, work))
+        for micro in (0, 2):
+            balance = RankBalance(skips_zero_advantage=skips, micro_batch_size=micro)
+            work, size = balance.work(batch), rows // world
+            contiguous = [list(range(r * size, (r + 1) * size)) for r in range(world)]
+            shares = balance.shares(batch, world)
+            assert max(rank_work(shares, work)) <= max(rank_work(contiguous, work))
+            assert balance.forwards(shares, work) <= balance.forwards(contiguous, work)
 
 
 def test_work_counts_the_tokens_of_the_rows_a_rank_trains():
@@ -111,6 +114,19 @@ def test_shares_deal_when_it_lowers_the_largest_rank_and_keep_contiguous_otherwi
     assert RankBalance(skips_zero_advantage=False).shares(lopsided, 2) == [[0, 1, 6, 7], [2, 3, 4, 5]]
     even = _batch([4] * 8, [1.0] * 8, prompts=[0, 0, 1, 1, 2, 2, 3, 3])
     assert balance.shares(even, 2) == [[0, 1, 2, 3], [4, 5, 6, 7]]  # nothing to win: contiguous
+
+
+def test_a_deal_that_would_add_a_micro_batch_keeps_the_contiguous_shares():
+    """Every rank runs as many micro-batches as the one with the most trained rows, and each costs
+    a fixed share tokens do not count. Work 0 4 0 4 | 0 20 0 4: dealt 20 | 12 is lower than
+    contiguous 8 | 24, but puts 3 trained rows on rank 1: 2 micro-batches of 2 rows, not 1."""
+    batch = _batch([4, 4, 4, 4, 4, 20, 4, 4], [0.0, 1.0, 0.0, -1.0, 0.0, 1.0, 0.0, -1.0])
+    assert RankBalance(True).work(batch) == [0, 4, 0, 4, 0, 20, 0, 4]
+    assert RankBalance(True).shares(batch, 2) == [[2, 4, 5, 6], [0, 1, 3, 7]]  # micro-batches not counted
+    counted = RankBalance(True, micro_batch_size=2)
+    assert counted.forwards([[2, 4, 5, 6], [0, 1, 3, 7]], counted.work(batch)) == 2
+    assert counted.shares(batch, 2) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert RankBalance(True, micro_batch_size=4).shares(batch, 2) == [[2, 4, 5, 6], [0, 1, 3, 7]]  # 1 either way
 
 
 def test_rank_rows_deal_every_mini_batch_in_step_order():
