@@ -8,8 +8,9 @@ group (FSDP2 or DDP as ``train.parallel``), separate from the trainer ranks'. ``
 each rank an equal share of the rows; ``train`` an equal share of every mini-batch
 (``shard_for_ranks``; with ``train.balance_ranks`` dealt for about equal tokens, every row
 counting, since the value loss has no zero-advantage rows to skip: heron.parallel.rank_balance),
-so the update is the single-process one in another summation order. value_mean and explained_variance need the whole batch: they are computed
-here, on the driver, from the batch the ranks were given. Checkpoints: every rank writes its
+so the update is the single-process one in another summation order. value_mean and
+explained_variance need the whole batch: they are computed here, on the driver, from the batch
+the ranks were given. Checkpoints: every rank writes its
 DCP shards of ``critic/`` collectively (rank 0 its ``state.json``); loading reshards to this
 world size.
 """
