@@ -26,7 +26,7 @@ from heron.checkpoint.shards import SavedShards, ShardRequest
 from heron.cluster.rank_spec import RankSpec, join_group, wait_saved_on_ranks
 from heron.cluster.remote_call import ActorRef, wait_all
 from heron.parallel.rank_balance import RankBalance, imbalance
-from heron.parallel.shard_batch import rank_rows, shard_for_ranks
+from heron.parallel.shard_batch import rank_rows, shard_for_ranks, shards_of
 from heron.residency import Holdings, Resident, host_only, needs_device
 from heron.trainer.batch import TrainBatch
 from heron.trainer.build import build_trainer
@@ -65,8 +65,8 @@ class TrainerGroup(Resident):
     @needs_device
     def train(self, batch: TrainBatch) -> dict[str, float]:
         rows = rank_rows(batch, self.steps, len(self.ranks), self.balance)
-        shards = [batch.take(share, batch.input_ids.shape[1]) for share in rows]
-        metrics = wait_all([(r, r.submit("train", s)) for r, s in zip(self.ranks, shards)], "train", self.timeout_s)
+        metrics = wait_all([(r, r.submit("train", s)) for r, s in zip(self.ranks, shards_of(batch, rows))], "train",
+                           self.timeout_s)
         self.version += 1
         return {**metrics[0], "rank_work_imbalance": imbalance(rows, self.balance.work(batch))}
 

@@ -60,14 +60,13 @@ class RankBalance:
 
     def shares(self, mini: TrainBatch, world_size: int) -> list[list[int]]:
         """Row indices of ``mini`` for each rank, in order (see the module docstring)."""
-        size = len(mini) // world_size
-        contiguous = [list(range(r * size, (r + 1) * size)) for r in range(world_size)]
+        in_order = contiguous(len(mini), world_size)
         if not self.deal:
-            return contiguous
+            return in_order
         work = self.work(mini)
         dealt = deal(work, prompt_runs(mini, world_size), world_size)
-        better = _largest(dealt, work) < _largest(contiguous, work)
-        return dealt if better and self.forwards(dealt, work) <= self.forwards(contiguous, work) else contiguous
+        better = _largest(dealt, work) < _largest(in_order, work)
+        return dealt if better and self.forwards(dealt, work) <= self.forwards(in_order, work) else in_order
 
     def forwards(self, shares: list[list[int]], work: list[int]) -> int:
         """The micro-batches every rank runs under ``shares`` (the largest rank's count; 0 when
@@ -76,6 +75,12 @@ class RankBalance:
             return 0
         trained = [max(1, sum(1 for i in rows if work[i])) for rows in shares]
         return max(-(-n // self.micro_batch_size) for n in trained)
+
+
+def contiguous(rows: int, world_size: int) -> list[list[int]]:
+    """Rows ``0..rows-1`` in ``world_size`` contiguous equal shares: rank r gets the r-th."""
+    size = rows // world_size
+    return [list(range(r * size, (r + 1) * size)) for r in range(world_size)]
 
 
 def deal(work: list[int], unit: int, world_size: int) -> list[list[int]]:

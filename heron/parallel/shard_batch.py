@@ -14,13 +14,18 @@ from dataclasses import replace
 
 import torch
 
-from heron.parallel.rank_balance import RankBalance
+from heron.parallel.rank_balance import RankBalance, contiguous
 from heron.trainer.batch import TrainBatch
 
 
 def shard_for_ranks(batch: TrainBatch, steps: int, world_size: int, balance: RankBalance | None = None) -> list[TrainBatch]:
     """Each rank's rows of ``batch`` (``rank_rows``), as batches."""
-    return [batch.take(rows, batch.input_ids.shape[1]) for rows in rank_rows(batch, steps, world_size, balance)]
+    return shards_of(batch, rank_rows(batch, steps, world_size, balance))
+
+
+def shards_of(batch: TrainBatch, rows: list[list[int]]) -> list[TrainBatch]:
+    """``batch``'s rows ``rows[r]`` for each rank r, at the whole batch's padded length."""
+    return [batch.take(share, batch.input_ids.shape[1]) for share in rows]
 
 
 def rank_rows(batch: TrainBatch, steps: int, world_size: int, balance: RankBalance | None = None) -> list[list[int]]:
@@ -29,12 +34,11 @@ def rank_rows(batch: TrainBatch, steps: int, world_size: int, balance: RankBalan
     mini = len(batch) // steps
     if len(batch) % steps or mini % world_size:
         raise ValueError(f"{len(batch)} rows do not split into {steps} mini-batches x {world_size} equal rank shares")
-    share = mini // world_size
     rows: list[list[int]] = [[] for _ in range(world_size)]
     for step in range(steps):
         start = step * mini
         if balance is None:
-            shares = [range(r * share, (r + 1) * share) for r in range(world_size)]
+            shares = contiguous(mini, world_size)
         else:
             shares = balance.shares(batch.select(slice(start, start + mini)), world_size)
         for rank, rank_share in enumerate(shares):
