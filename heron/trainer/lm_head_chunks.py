@@ -74,10 +74,11 @@ def position_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: 
 class HeadChunks:
     """Stands in for the head's ``forward`` during one model forward (see the module docstring).
 
-    ``targets`` [B, T] are the tokens each position predicts; the model sees T + 1 positions,
-    the last of which predicts nothing: it is computed against a dummy target and dropped, so
-    its gradient is exactly zero (or, with ``scored`` [B, T] bool, not computed: only the
-    positions it marks are)."""
+    ``targets`` [B, T] are the tokens each position predicts; the model sees T positions (rows,
+    whose last token heron.trainer.logprobs does not run) or T + 1 (the shared-prompt layout's
+    packed rows), the last of which predicts nothing: it is computed against a dummy target and
+    dropped, so its gradient is exactly zero (or, with ``scored`` [B, T] bool, not computed: only
+    the positions it marks are)."""
 
     def __init__(self, head_forward: Callable, targets: torch.Tensor, temperature: float,
                  with_entropy: bool, chunk_size: int, model_name: str, scored: torch.Tensor | None = None,
@@ -90,20 +91,23 @@ class HeadChunks:
         self.model_name = model_name
         self.scored = scored  # [B, T] bool, or None: every position
         self.entropy_grad = entropy_grad  # False: the entropy is a metric (``position_logprobs``)
-        self.output: torch.Tensor | None = None  # [B, T + 1, k]
+        self.output: torch.Tensor | None = None  # [B, T or T + 1, k]
 
-    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:  # hidden [B, T + 1, H]
-        padded = torch.cat([self.targets, self.targets[:, -1:]], dim=1)  # [B, T + 1]
-        if self.scored is None:
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:  # hidden [B, T + 1, H] or [B, T, H]
+        padded, keep = self.targets, self.scored  # [B, T] each
+        if hidden.shape[1] > self.targets.shape[1]:
+            padded = torch.cat([self.targets, self.targets[:, -1:]], dim=1)  # [B, T + 1]
+            if keep is not None:
+                keep = torch.cat([keep, keep.new_zeros(len(keep), 1)], dim=1)  # [B, T + 1]
+        if keep is None:
             self.output = self._in_chunks(hidden, padded, self.chunk_size)
             return self.output
-        keep = torch.cat([self.scored, self.scored.new_zeros(len(self.scored), 1)], dim=1)  # [B, T + 1]
         index = keep.reshape(-1).nonzero().squeeze(-1)  # [N] flat positions
         rows = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index)  # [N, H]
         targets = padded.reshape(-1)[index]  # [N]
         values = self._in_chunks(rows[None], targets[None], self.chunk_size * len(hidden))[0]  # [N, k]
-        out = values.new_zeros(keep.numel(), values.shape[-1]).index_copy(0, index, values)  # [B (T + 1), k]
-        self.output = out.view(*keep.shape, -1)  # [B, T + 1, k]
+        out = values.new_zeros(keep.numel(), values.shape[-1]).index_copy(0, index, values)  # [B S, k]
+        self.output = out.view(*keep.shape, -1)  # [B, S, k], S = T or T + 1
         return self.output
 
     def _in_chunks(self, hidden: torch.Tensor, targets: torch.Tensor, size: int) -> torch.Tensor:

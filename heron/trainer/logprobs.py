@@ -11,6 +11,13 @@ keeps them for the backward -- for a 150 k vocabulary that dwarfs the activation
 model. With ``chunk_size > 0`` the model's output head itself runs per chunk of that many
 positions (heron.trainer.lm_head_chunks): neither tensor is ever held whole, and the backward
 recomputes one chunk at a time.
+
+The last position of a row predicts nothing (logprob[b, L-1] would need input_ids[b, L]), so
+the padded layout runs the model on input_ids[:, :L-1]: causal attention means no earlier
+position sees the last token, so every logprob is the same sum of the same products, and the
+layers skip 1/L of their work (TRL's trainer runs all L and drops the last logits). The
+shared-prompt layout's packed rows keep their last position (its attention by parts is laid
+out over the whole packed row); its segments' last tokens are still run there.
 """
 
 from __future__ import annotations
@@ -48,26 +55,30 @@ def forward_logprobs(
     position). ``entropy_grad=False``: the entropy is a metric, computed outside autograd."""
     head = {"temperature": temperature, "with_entropy": with_entropy, "chunk_size": chunk_size,
             "entropy_grad": entropy_grad}
+    targets = input_ids[:, 1:]  # [B, L-1]
     if layout is None:
-        return _sequence_logprobs(model, input_ids, {"attention_mask": attention_mask}, forward_context, head,
-                                  scored=scored)
+        if input_ids.shape[1] > 1:  # the last position predicts nothing: not run (module docstring)
+            input_ids, attention_mask = input_ids[:, :-1], attention_mask[:, :-1]  # [B, L-1] each
+        return _sequence_logprobs(model, input_ids, targets, {"attention_mask": attention_mask}, forward_context,
+                                  head, scored=scored)
     install_grouped_attention()
     inputs = {"attention_mask": placeholder_mask(len(layout.input_ids), input_ids.device),
               "position_ids": layout.position_ids, GROUPS_KEYWORD: layout.groups}
     packed_scored = None if scored is None else layout.packed_positions(scored)
     with layout.groups.counting(num_decoder_layers(model)):
-        logprobs, entropy = _sequence_logprobs(model, layout.input_ids, inputs, forward_context, head,
-                                               layout.attention_length, packed_scored)
+        logprobs, entropy = _sequence_logprobs(model, layout.input_ids, layout.input_ids[:, 1:], inputs,
+                                               forward_context, head, layout.attention_length, packed_scored)
     return layout.gather(logprobs), None if entropy is None else layout.gather(entropy)
 
 
-def _sequence_logprobs(model, input_ids, inputs, forward_context, head: dict, attention_length=None, scored=None):
-    """(logprobs, entropy or None) [R, S-1] of rows ``input_ids`` [R, S]; ``inputs``: the
+def _sequence_logprobs(model, input_ids, targets, inputs, forward_context, head: dict, attention_length=None,
+                       scored=None):
+    """(logprobs, entropy or None) [R, T] of ``targets`` [R, T] from rows ``input_ids`` [R, S],
+    S = T or T + 1 (the last position, which predicts nothing, run or not); ``inputs``: the
     model's other keyword arguments (the mask, position ids); ``head``: what the output head
     computes (``forward_logprobs``' temperature, with_entropy, chunk_size and entropy_grad);
     ``attention_length``: the most keys a query's attention runs over, for the kernel choice
     (default S); ``scored`` [R, S-1] bool: the positions the head runs at (None: all)."""
-    targets = input_ids[:, 1:]  # [R, S-1]
     length = attention_length or input_ids.shape[1]
     if scored is not None or 0 < head["chunk_size"] < targets.shape[1]:
         with forward_context(length), head_in_chunks(model, targets, scored=scored, **head) as chunks:

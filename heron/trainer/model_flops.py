@@ -6,8 +6,9 @@ Why model FLOPs (the PaLM paper's appendix B; torchtitan and verl report the sam
 arithmetic the model's maths needs for the tokens, from the model's shape alone, so it compares
 across kernels, layouts and machines. Work a kernel repeats or skips does not change it:
 padding and activation checkpointing's recompute are not in it, and the prompt tokens that the
-shared-prompt layout runs once per group, and the output head at the prompt positions, which
-heron.trainer.lm_head_chunks skips, are counted as if they ran.
+shared-prompt layout runs once per group, the output head at the prompt positions, which
+heron.trainer.lm_head_chunks skips, and each row's last position, which heron.trainer.logprobs
+does not run (it predicts nothing), are counted as if they ran.
 
 A token costs ``per_token = 2 W`` FLOPs in the linear layers (W: every parameter but the input
 embeddings, the output head included even when tied to them, norms too; one multiply-add each), and a

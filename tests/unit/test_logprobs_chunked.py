@@ -82,11 +82,12 @@ class _LargestTensor(TorchDispatchMode):
 
 @pytest.mark.parametrize("chunk_size", [0, 4])
 def test_no_tensor_of_the_whole_logits_exists_with_chunks(chunk_size):
-    """The largest tensor of a forward + backward: [B, L, V] whole, [B, c, V] in chunks (this is
-    what the memory saving rests on; the embedding and its gradient are V x H, smaller here)."""
+    """The largest tensor of a forward + backward: [B, L-1, V] whole (the last position is not
+    run), [B, c, V] in chunks (this is what the memory saving rests on; the embedding and its
+    gradient are V x H, smaller here)."""
     model = _wide_vocab_model()
     input_ids, mask = _inputs(model, rows=3, length=41)
-    whole = input_ids.numel() * model.config.vocab_size
+    whole = input_ids.shape[0] * (input_ids.shape[1] - 1) * model.config.vocab_size
     with _LargestTensor() as largest:
         _loss_and_grads(model, input_ids, mask, chunk_size, 1.0)
     if chunk_size == 0:
