@@ -107,9 +107,11 @@ def _check_modules(model: torch.nn.Module) -> None:
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """transformers' RMSNorm (Llama, Qwen2, Qwen3), written out: statistics in float32, ``weight``
-    applied after the cast back to the input dtype."""
+    applied after the cast back to the input dtype. The same operations on the same values, in
+    place on the fresh float32 copy where the input is not float32 (no two temporaries a call)."""
     h = x.to(torch.float32)
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    scale = h.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()  # [..., 1]
+    h = h.mul_(scale) if h is not x else h * scale
     return weight * h.to(x.dtype)
 
 
