@@ -24,11 +24,18 @@ class ValueModel(torch.nn.Module):
         torch.nn.init.zeros_(self.value_head.bias)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """values [B, L-1] (fp32) from input_ids, attention_mask [B, L]."""
+        """values [B, L-1] (fp32) from input_ids, attention_mask [B, L]. The last position (the
+        state after the whole sequence, whose value no action uses) is not run: causal
+        attention leaves every earlier position's state the same without it (as the policy's
+        logprobs, heron.trainer.logprobs)."""
+        length = input_ids.shape[1]
+        if length > 1:
+            input_ids, attention_mask = input_ids[:, :-1], attention_mask[:, :-1]  # [B, L-1] each
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        hidden = hidden[:, : length - 1]  # [B, L-1, H] (a no-op but where L = 1)
         with torch.autocast(hidden.device.type, enabled=False):  # the head is float32 under any autocast
             # [B, L-1, H] -> [B, L-1]; a copy, not a view: FSDP2 hooks the root's output for the backward
-            return self.value_head(hidden[:, :-1].float()).squeeze(-1).clone()
+            return self.value_head(hidden.float()).squeeze(-1).clone()
 
 
 def load_value_model(path: str, dtype: str) -> ValueModel:

@@ -1,5 +1,5 @@
-"""The last position of a padded row predicts nothing, so heron.trainer.logprobs does not run it:
-the model sees input_ids[:, :L-1]. Causal attention keeps every earlier position's output the
+"""The last position of a padded row predicts nothing, so heron.trainer.logprobs does not run it
+(nor does the critic's value model, heron.critic.value_model): the model sees input_ids[:, :L-1]. Causal attention keeps every earlier position's output the
 same sum of the same products, so logprobs, entropies and gradients equal those of the whole
 row's forward (the reference here: the model's own logits over all L positions, the last
 dropped, as TRL computes them) within the round-off of another summation order
@@ -13,6 +13,7 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from heron.critic.value_model import ValueModel
 from heron.trainer.lm_head_chunks import position_logprobs
 from heron.trainer.logprobs import forward_logprobs
 from tests.tolerance import assert_logprobs_close, gamma, reduction_length
@@ -52,11 +53,11 @@ def _heron(model, input_ids, mask, temperature, **kw):
 
 
 class _Positions:
-    """Records the sequence length of every forward of the model's decoder."""
+    """Records the sequence length of every forward of ``decoder`` (an HF base model)."""
 
-    def __init__(self, model):
+    def __init__(self, decoder):
         self.lengths: list[int] = []
-        self._handle = model.model.register_forward_pre_hook(self._record, with_kwargs=True)
+        self._handle = decoder.register_forward_pre_hook(self._record, with_kwargs=True)
 
     def _record(self, module, args, kwargs):
         self.lengths.append(kwargs["input_ids"].shape[1])
@@ -85,14 +86,14 @@ def test_the_last_position_is_not_run_and_nothing_changes(head):
     n = reduction_length(model.config, tokens=input_ids.numel())
     log_vocab = math.log(model.config.vocab_size)
     kw = _head_kwargs(head, input_ids)
-    positions = _Positions(model)
+    positions = _Positions(model.model)
     for temperature in (1.0, 0.7):
         positions.lengths.clear()
         ours = _heron(model, input_ids, mask, temperature, **kw)
         assert positions.lengths == [input_ids.shape[1] - 1]
         positions.remove()
         reference = _whole_row(model, input_ids, mask, temperature)
-        positions = _Positions(model)
+        positions = _Positions(model.model)
         keep = kw.get("scored", torch.ones_like(ours[0], dtype=torch.bool))
         assert_logprobs_close(ours[0][keep], reference[0][keep], n=n, log_vocab=log_vocab)
         assert_logprobs_close(ours[1][keep], reference[1][keep], n=n, log_vocab=log_vocab)  # entropies
@@ -110,3 +111,39 @@ def test_a_one_position_batch_still_runs():
     input_ids = torch.tensor([[5], [7]])
     logprobs, entropy = forward_logprobs(model, input_ids, torch.ones_like(input_ids), with_entropy=True)
     assert logprobs.shape == entropy.shape == (2, 0)
+
+
+def _value_model() -> ValueModel:
+    model = _model()
+    critic = ValueModel(model.model, model.config.hidden_size)
+    torch.nn.init.normal_(critic.value_head.weight, std=0.5)  # the head starts at zero: give it values
+    return critic
+
+
+@pytest.mark.portability
+def test_the_critic_does_not_run_the_last_position_and_its_values_and_gradients_do_not_change():
+    critic = _value_model()
+    input_ids, mask = _inputs(critic.backbone)
+    positions = _Positions(critic.backbone)
+    values = critic(input_ids, mask)  # [B, L-1]
+    positions.remove()
+    assert positions.lengths == [input_ids.shape[1] - 1]
+    values.sum().backward()
+    ours = {k: p.grad.clone() for k, p in critic.named_parameters()}
+    critic.zero_grad(set_to_none=True)
+    hidden = critic.backbone(input_ids=input_ids, attention_mask=mask, use_cache=False).last_hidden_state  # [B, L, H]
+    reference = critic.value_head(hidden[:, :-1]).squeeze(-1)  # every position run, the last one dropped
+    reference.sum().backward()
+    n = reduction_length(critic.backbone.config, tokens=input_ids.numel())
+    bound = 2 * gamma(n) * reference.detach().abs().sum()  # norm-wise (rule 2)
+    assert (values - reference).detach().abs().sum() <= bound
+    for name, param in critic.named_parameters():
+        grad_bound = 2 * gamma(n) * param.grad.norm()
+        assert (ours[name] - param.grad).norm() <= grad_bound, (name, float((ours[name] - param.grad).norm()))
+    assert critic.value_head.weight.grad.norm() > 0
+
+
+def test_a_one_position_batch_gets_no_values():
+    critic = _value_model()
+    input_ids = torch.tensor([[5], [7]])
+    assert critic(input_ids, torch.ones_like(input_ids)).shape == (2, 0)
