@@ -16,8 +16,8 @@ The last position of a row predicts nothing (logprob[b, L-1] would need input_id
 the padded layout runs the model on input_ids[:, :L-1]: causal attention means no earlier
 position sees the last token, so every logprob is the same sum of the same products, and the
 layers skip 1/L of their work (TRL's trainer runs all L and drops the last logits). The
-shared-prompt layout's packed rows keep their last position (its attention by parts is laid
-out over the whole packed row); its segments' last tokens are still run there.
+shared-prompt layout leaves each answer's last token out of its packed rows in the same way
+(heron.trainer.shared_prompts).
 """
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ def forward_logprobs(
               "position_ids": layout.position_ids, GROUPS_KEYWORD: layout.groups}
     packed_scored = None if scored is None else layout.packed_positions(scored)
     with layout.groups.counting(num_decoder_layers(model)):
-        logprobs, entropy = _sequence_logprobs(model, layout.input_ids, layout.input_ids[:, 1:], inputs,
-                                               forward_context, head, layout.attention_length, packed_scored)
+        logprobs, entropy = _sequence_logprobs(model, layout.input_ids, layout.targets, inputs, forward_context,
+                                               head, layout.attention_length, packed_scored)
     return layout.gather(logprobs), None if entropy is None else layout.gather(entropy)
 
 

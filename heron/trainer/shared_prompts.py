@@ -8,7 +8,7 @@ is 4800 of the 5600 tokens the layers process; shared, 1300.
 Layout: the rows of a micro-batch whose prompts are the same tokens form a group, and a group
 becomes one packed row:
 
-    prompt[:-1] | prompt[-1] answer_1 | prompt[-1] answer_2 | ... | padding
+    prompt[:-1] | prompt[-1] answer_1[:-1] | prompt[-1] answer_2[:-1] | ... | padding
 
 Each token keeps its own position id (answers start again at the prompt's end), and a token
 attends, causally, to the shared part and to its own segment only, so every token sees exactly
@@ -16,9 +16,13 @@ the keys and positions it sees in its own padded row. Attention runs by parts
 (heron.trainer.grouped_attention): the shared part once, then each segment against its group's
 shared keys and its own, never the dense [S, S] scores of the whole packed row. The last
 prompt token is repeated in every segment because its output predicts the first answer token,
-one target per sample. The logprobs (and entropies) of the packed positions are gathered back
-to the [B, L-1] layout of the batch; positions that predict no answer token are 0 there (the
-loss mask is 0 on them in every objective).
+one target per sample; an answer's last token is not run, as it predicts nothing (the padded
+layout drops each row's last position likewise, heron.trainer.logprobs), so each position's
+target is held apart (``SharedLayout.targets``) instead of being the next packed token. A row
+without answer tokens keeps a one-token segment that predicts nothing. The logprobs (and
+entropies) of the packed positions are gathered back to the [B, L-1] layout of the batch;
+positions that predict no answer token are 0 there (the loss mask is 0 on them in every
+objective).
 
 Values: each token's output is the same sums of the same products as in the padded layout; the
 matmuls group rows differently, attention sums over masked-out keys that add exact zeros, and
@@ -30,7 +34,7 @@ and takes position ids (``unsupported_reason``), when at least two rows of a mic
 prompt, and when the estimated cost is at least ``MIN_SAVING`` lower than the padded layout's,
 
     cost = tokens x c_token + query-key pairs x c_pair,
-    padded: tokens = B L, pairs = B L^2;  shared: tokens = G S, pairs = G p^2 + N a (p + a)
+    padded: tokens = B (L-1), pairs = B (L-1)^2;  shared: tokens = G S, pairs = G p^2 + N a (p + a)
 
 with c_token and c_pair the model's FLOPs per token and per query-key pair
 (heron.trainer.model_flops), and p, a the longest shared part and segment
@@ -94,10 +98,11 @@ class SharedLayout:
     """A micro-batch of B rows [B, L] packed into G rows [G, S] (module docstring)."""
 
     input_ids: torch.Tensor  # [G, S] long
+    targets: torch.Tensor  # [G, S] long: the token each packed position predicts (0 where none)
     position_ids: torch.Tensor  # [G, S] long
     segments: torch.Tensor  # [G, S] long: SHARED, PADDING, or the segment's number in its group
     groups: PromptGroups  # where the parts sit, for the attention
-    source: torch.Tensor  # [B, L-1] long: flat index into the packed [G, S-1] outputs
+    source: torch.Tensor  # [B, L-1] long: flat index into the packed [G, S] outputs
     valid: torch.Tensor  # [B, L-1] bool: the positions that have a source (they predict an answer token)
 
     @property
@@ -116,15 +121,14 @@ class SharedLayout:
         return (allowed | torch.eye(width, dtype=torch.bool, device=self.segments.device))[:, None]
 
     def packed_positions(self, positions: torch.Tensor) -> torch.Tensor:
-        """Batch positions [B, L-1] bool -> [G, S-1] bool, True at the packed positions that
+        """Batch positions [B, L-1] bool -> [G, S] bool, True at the packed positions that
         ``gather`` takes the valid ones of them from."""
-        out = torch.zeros(self.input_ids.shape[0] * (self.input_ids.shape[1] - 1), dtype=torch.bool,
-                          device=self.source.device)  # [G (S-1)]
+        out = torch.zeros(self.input_ids.numel(), dtype=torch.bool, device=self.source.device)  # [G S]
         out[self.source[self.valid & positions]] = True
         return out.view(self.input_ids.shape[0], -1)
 
     def gather(self, packed: torch.Tensor) -> torch.Tensor:
-        """Packed per-position values [G, S-1] -> the batch's [B, L-1], 0 where nothing is predicted."""
+        """Packed per-position values [G, S] -> the batch's [B, L-1], 0 where nothing is predicted."""
         out = packed.reshape(-1)[self.source.reshape(-1)].view(self.source.shape)  # [B, L-1]
         return torch.where(self.valid, out, torch.zeros((), dtype=out.dtype, device=out.device))
 
@@ -178,15 +182,21 @@ def shared_shape(lengths: list[int], prompt_lengths: list[int], prompts: list[in
         members.setdefault(prompt, []).append(row)
     if len(members) == len(lengths):
         return None
-    width = max(prompt_lengths[rows[0]] - 1 + sum(lengths[r] - prompt_lengths[r] + 1 for r in rows)
+    width = max(prompt_lengths[rows[0]] - 1 + sum(_segment(lengths[r], prompt_lengths[r]) for r in rows)
                 for rows in members.values())
     shared = max(prompt_lengths[rows[0]] - 1 for rows in members.values())
-    segment = max(n - p + 1 for n, p in zip(lengths, prompt_lengths))
+    segment = max(_segment(n, p) for n, p in zip(lengths, prompt_lengths))
     pairs = len(members) * shared**2 + len(lengths) * segment * (shared + segment)
-    padded = len(lengths) * length
-    if cost.of(len(members) * width, pairs) > (1 - MIN_SAVING) * cost.of(padded, padded * length):
+    padded = len(lengths) * (length - 1)  # the padded layout runs L-1 positions a row (heron.trainer.logprobs)
+    if cost.of(len(members) * width, pairs) > (1 - MIN_SAVING) * cost.of(padded, padded * (length - 1)):
         return None
     return len(members), width
+
+
+def _segment(length: int, prompt_length: int) -> int:
+    """Positions a row of ``length`` tokens runs in its segment: its prompt's last token and its
+    answer but the last token (at least the one, for a row without answer tokens)."""
+    return max(length - prompt_length, 1)
 
 
 def _pack(ids: list[list[int]], lengths: list[int], groups: list[tuple[tuple[int, ...], list[int]]],
@@ -194,6 +204,7 @@ def _pack(ids: list[list[int]], lengths: list[int], groups: list[tuple[tuple[int
     """Builds the packed tensors of ``groups`` (prompt tokens -> batch rows) on ``like``'s device."""
     num_rows, length = like.shape
     tokens = torch.zeros(len(groups), width, dtype=torch.long)  # [G, S]; padding: token 0, position 0
+    targets = torch.zeros(len(groups), width, dtype=torch.long)  # [G, S]
     positions = torch.zeros(len(groups), width, dtype=torch.long)  # [G, S]
     segments = torch.full((len(groups), width), PADDING, dtype=torch.long)  # [G, S]
     source = torch.zeros(num_rows, length - 1, dtype=torch.long)  # [B, L-1]
@@ -206,19 +217,21 @@ def _pack(ids: list[list[int]], lengths: list[int], groups: list[tuple[tuple[int
         segments[g, :shared] = SHARED
         start = shared
         for k, row in enumerate(rows):
-            n = lengths[row] - shared  # prompt[-1] and the answer: original positions shared .. lengths[row] - 1
-            tokens[g, start : start + n] = torch.tensor(ids[row][shared : lengths[row]], dtype=torch.long)
-            positions[g, start : start + n] = torch.arange(shared, lengths[row])
-            segments[g, start : start + n] = k
+            n = _segment(lengths[row], len(prompt))  # original positions shared .. shared + n - 1
+            tokens[g, start : start + n] = torch.tensor(ids[row][shared : shared + n], dtype=torch.long)
             # packed position start + j predicts the token at original position shared + j + 1
-            source[row, shared : lengths[row] - 1] = g * (width - 1) + start + torch.arange(n - 1)
+            predicted = ids[row][shared + 1 : lengths[row]]
+            targets[g, start : start + len(predicted)] = torch.tensor(predicted, dtype=torch.long)
+            positions[g, start : start + n] = torch.arange(shared, shared + n)
+            segments[g, start : start + n] = k
+            source[row, shared : lengths[row] - 1] = g * width + start + torch.arange(len(predicted))
             valid[row, shared : lengths[row] - 1] = True
             spans.append((g, shared, start, n))
             start += n
     device = like.device
     parts = _groups(spans, segments).to(device)
-    return SharedLayout(tokens.to(device), positions.to(device), segments.to(device), parts, source.to(device),
-                        valid.to(device))
+    return SharedLayout(tokens.to(device), targets.to(device), positions.to(device), segments.to(device), parts,
+                        source.to(device), valid.to(device))
 
 
 def _groups(spans: list[tuple[int, int, int, int]], segments: torch.Tensor) -> PromptGroups:

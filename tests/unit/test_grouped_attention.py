@@ -89,12 +89,14 @@ def test_a_wrong_visibility_is_an_order_one_difference():
 
     layout = plan(*_hand_batch(), TOKENS)
     torch.manual_seed(0)
-    query = torch.randn(2, HEADS, 7, DIM, dtype=torch.float64)
-    key, value = torch.randn(2, KV_HEADS, 7, DIM, dtype=torch.float64), torch.randn(2, KV_HEADS, 7, DIM, dtype=torch.float64)
+    width = layout.input_ids.shape[1]  # 5: [5, 6 | 7, 8 | 7] (test_shared_prompts.test_layout_by_hand)
+    query = torch.randn(2, HEADS, width, DIM, dtype=torch.float64)
+    key = torch.randn(2, KV_HEADS, width, DIM, dtype=torch.float64)
+    value = torch.randn(2, KV_HEADS, width, DIM, dtype=torch.float64)
     leaky = layout.dense_mask().clone()
-    leaky[0, 0, 5:, 2:5] = True  # answer 2 (positions 5, 6) sees answer 1 (2, 3, 4)
+    leaky[0, 0, 4:, 2:4] = True  # answer 2 (position 4) sees answer 1 (2, 3)
     parts = grouped_attention(query, key, value, layout.groups, DIM**-0.5, 0.0)
-    diff = (parts - _dense(query, key, value, leaky, DIM**-0.5))[0, 5:].abs().max().item()
+    diff = (parts - _dense(query, key, value, leaky, DIM**-0.5))[0, 4:].abs().max().item()
     assert diff > 1e3 * _bound(query, key, value, leaky, DIM**-0.5).max().item()
 
 

@@ -35,37 +35,48 @@ def _hand_batch():
 
 def test_layout_by_hand():
     layout = plan(*_hand_batch(), TOKENS)
-    # group A: prompt[:-1] = [5, 6], then [7, 8, 9] and [7, 10]; group B: nothing shared, [11, 12, 13], [11, 14]
-    assert layout.input_ids.tolist() == [[5, 6, 7, 8, 9, 7, 10], [11, 12, 13, 11, 14, 0, 0]]
-    assert layout.position_ids.tolist() == [[0, 1, 2, 3, 4, 2, 3], [0, 1, 2, 0, 1, 0, 0]]
+    # group A: prompt[:-1] = [5, 6], then [7, 8] and [7] (each answer's last token predicts nothing: not run);
+    # group B: nothing shared, [11, 12] and [11]
+    assert layout.input_ids.tolist() == [[5, 6, 7, 8, 7], [11, 12, 11, 0, 0]]
+    assert layout.position_ids.tolist() == [[0, 1, 2, 3, 2], [0, 1, 0, 0, 0]]
+    assert layout.targets.tolist() == [[0, 0, 8, 9, 10], [12, 13, 14, 0, 0]]
     mask = layout.dense_mask()[:, 0].long().tolist()
-    assert mask[0][2] == [1, 1, 1, 0, 0, 0, 0]  # answer 1's first token: the shared part and itself
-    assert mask[0][6] == [1, 1, 0, 0, 0, 1, 1]  # answer 2 never sees answer 1
-    assert mask[0][1] == [1, 1, 0, 0, 0, 0, 0]  # the shared part is causal among itself
-    assert mask[1][4] == [0, 0, 0, 1, 1, 0, 0]
-    assert mask[1][5] == [0, 0, 0, 0, 0, 1, 0]  # padding attends to itself only
-    # packed outputs [G, S-1] = [2, 6]: each answer token's predictor lands where the padded row has it
-    packed = torch.arange(12, dtype=torch.float32).view(2, 6) + 100
+    assert mask[0][2] == [1, 1, 1, 0, 0]  # answer 1's first token: the shared part and itself
+    assert mask[0][4] == [1, 1, 0, 0, 1]  # answer 2 never sees answer 1
+    assert mask[0][1] == [1, 1, 0, 0, 0]  # the shared part is causal among itself
+    assert mask[1][1] == [1, 1, 0, 0, 0]
+    assert mask[1][2] == [0, 0, 1, 0, 0]  # the second segment sees itself only (nothing shared)
+    assert mask[1][3] == [0, 0, 0, 1, 0]  # padding attends to itself only
+    # packed outputs [G, S] = [2, 5]: each answer token's predictor lands where the padded row has it
+    packed = torch.arange(10, dtype=torch.float32).view(2, 5) + 100
     assert layout.gather(packed).tolist() == [
-        [0, 0, 102, 103], [0, 0, 105, 0], [106, 107, 0, 0], [109, 0, 0, 0],
+        [0, 0, 102, 103], [0, 0, 104, 0], [105, 106, 0, 0], [107, 0, 0, 0],
     ]
-    targets = layout.input_ids[:, 1:]
-    assert targets.flatten()[layout.source[layout.valid]].tolist() == [8, 9, 10, 12, 13, 14]
+    assert layout.targets.flatten()[layout.source[layout.valid]].tolist() == [8, 9, 10, 12, 13, 14]
+
+
+def test_a_row_without_an_answer_keeps_a_segment_that_predicts_nothing():
+    input_ids = torch.tensor([[5, 6, 7, 8, 9], [5, 6, 7, 0, 0]])  # row 1: the prompt alone
+    layout = plan(input_ids, (input_ids > 0).long(), torch.tensor([3, 3]), TOKENS)
+    assert layout.input_ids.tolist() == [[5, 6, 7, 8, 7]]
+    assert layout.valid.tolist() == [[False, False, True, True], [False, False, False, False]]
+    assert layout.gather(torch.arange(5.0).view(1, 5) + 100).tolist() == [[0, 0, 102, 103], [0, 0, 0, 0]]
 
 
 def test_declined_when_nothing_is_shared_or_it_costs_more():
     input_ids, attention_mask, prompts = _hand_batch()
     assert plan(input_ids[[0, 2]], attention_mask[[0, 2]], prompts[[0, 2]], TOKENS) is None  # distinct prompts
-    # one-token prompt: the packed row [5 8 9 10 11 5 12 13 14 15] holds as many tokens as the two rows, and
-    # its segments' attention as many pairs (0 shared + 2 x 5 x 5 against 2 x 5^2): nothing saved
+    # one-token prompt: the packed row [5 8 9 10 5 12 13 14] holds as many tokens as the two rows' 4 positions
+    # each (the last not run), and its segments' attention as many pairs (0 shared + 2 x 4 x 4 against
+    # 2 x 4^2): nothing saved
     long_answers = torch.tensor([[5, 8, 9, 10, 11], [5, 12, 13, 14, 15]])
     ones, one_token = torch.ones(2, 5, dtype=torch.long), torch.tensor([1, 1])
     assert plan(long_answers, ones, one_token, ForwardCost(per_token=1.0, per_pair=1.0)) is None
-    # the hand batch: 2 x 7 = 14 tokens and G p^2 + N a (p + a) = 2 x 4 + 4 x 3 x 5 = 68 pairs, against
-    # 4 x 5 = 20 tokens and 4 x 25 = 100 pairs: 82 against 120
+    # the hand batch: 2 x 5 = 10 tokens and G p^2 + N a (p + a) = 2 x 4 + 4 x 2 x 4 = 40 pairs, against
+    # 4 x 4 = 16 tokens and 4 x 16 = 64 pairs: 50 against 80
     assert plan(input_ids, attention_mask, prompts, ForwardCost(per_token=1.0, per_pair=1.0)) is not None
-    # the margin (MIN_SAVING = 10 %): two 10-token rows sharing 2 tokens pack into 1 + 9 + 9 = 19 tokens
-    # (5 % saved: declined); sharing 3, into 2 + 8 + 8 = 18 (10 %: shared)
+    # the margin (MIN_SAVING = 10 %): two 10-token rows (9 positions each run) sharing 2 tokens pack into
+    # 1 + 8 + 8 = 17 tokens (5.6 % saved: declined); sharing 3, into 2 + 7 + 7 = 16 (11 %: shared)
     rows = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 12, 13, 14], [5, 6, 7, 15, 16, 17, 18, 19, 20, 21]])
     full = torch.ones(2, 10, dtype=torch.long)
     assert plan(rows, full, torch.tensor([2, 2]), TOKENS) is None
