@@ -74,11 +74,10 @@ def position_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: 
 class HeadChunks:
     """Stands in for the head's ``forward`` during one model forward (see the module docstring).
 
-    ``targets`` [B, T] are the tokens each position predicts; the model sees T positions (rows,
-    whose last token heron.trainer.logprobs does not run) or T + 1 (the shared-prompt layout's
-    packed rows), the last of which predicts nothing: it is computed against a dummy target and
-    dropped, so its gradient is exactly zero (or, with ``scored`` [B, T] bool, not computed: only
-    the positions it marks are)."""
+    ``targets`` [B, T] are the tokens each position predicts; the model sees those T positions
+    (heron.trainer.logprobs runs none that predicts nothing) or, given a whole row, T + 1, the
+    last of which is computed against a dummy target and dropped, so its gradient is exactly zero
+    (or, with ``scored`` [B, T] bool, not computed: only the positions it marks are)."""
 
     def __init__(self, head_forward: Callable, targets: torch.Tensor, temperature: float,
                  with_entropy: bool, chunk_size: int, model_name: str, scored: torch.Tensor | None = None,

@@ -74,11 +74,12 @@ def forward_logprobs(
 def _sequence_logprobs(model, input_ids, targets, inputs, forward_context, head: dict, attention_length=None,
                        scored=None):
     """(logprobs, entropy or None) [R, T] of ``targets`` [R, T] from rows ``input_ids`` [R, S],
-    S = T or T + 1 (the last position, which predicts nothing, run or not); ``inputs``: the
+    S = T (no position that predicts nothing is run) or T + 1 (a batch of one position, L = 1,
+    runs it); ``inputs``: the
     model's other keyword arguments (the mask, position ids); ``head``: what the output head
     computes (``forward_logprobs``' temperature, with_entropy, chunk_size and entropy_grad);
     ``attention_length``: the most keys a query's attention runs over, for the kernel choice
-    (default S); ``scored`` [R, S-1] bool: the positions the head runs at (None: all)."""
+    (default S); ``scored`` [R, T] bool: the positions the head runs at (None: all)."""
     length = attention_length or input_ids.shape[1]
     if scored is not None or 0 < head["chunk_size"] < targets.shape[1]:
         with forward_context(length), head_in_chunks(model, targets, scored=scored, **head) as chunks:
