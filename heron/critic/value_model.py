@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from heron.trainer.logprobs import predicting_positions
+
 
 class ValueModel(torch.nn.Module):
     def __init__(self, backbone: torch.nn.Module, hidden_size: int):
@@ -28,11 +30,9 @@ class ValueModel(torch.nn.Module):
         state after the whole sequence, whose value no action uses) is not run: causal
         attention leaves every earlier position's state the same without it (as the policy's
         logprobs, heron.trainer.logprobs)."""
-        length = input_ids.shape[1]
-        if length > 1:
-            input_ids, attention_mask = input_ids[:, :-1], attention_mask[:, :-1]  # [B, L-1] each
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-        hidden = hidden[:, : length - 1]  # [B, L-1, H] (a no-op but where L = 1)
+        inputs, mask = predicting_positions(input_ids, attention_mask)
+        hidden = self.backbone(input_ids=inputs, attention_mask=mask, use_cache=False).last_hidden_state
+        hidden = hidden[:, : input_ids.shape[1] - 1]  # [B, L-1, H] (a no-op but where L = 1)
         with torch.autocast(hidden.device.type, enabled=False):  # the head is float32 under any autocast
             # [B, L-1, H] -> [B, L-1]; a copy, not a view: FSDP2 hooks the root's output for the backward
             return self.value_head(hidden.float()).squeeze(-1).clone()

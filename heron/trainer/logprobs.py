@@ -55,12 +55,10 @@ def forward_logprobs(
     position). ``entropy_grad=False``: the entropy is a metric, computed outside autograd."""
     head = {"temperature": temperature, "with_entropy": with_entropy, "chunk_size": chunk_size,
             "entropy_grad": entropy_grad}
-    targets = input_ids[:, 1:]  # [B, L-1]
     if layout is None:
-        if input_ids.shape[1] > 1:  # the last position predicts nothing: not run (module docstring)
-            input_ids, attention_mask = input_ids[:, :-1], attention_mask[:, :-1]  # [B, L-1] each
-        return _sequence_logprobs(model, input_ids, targets, {"attention_mask": attention_mask}, forward_context,
-                                  head, scored=scored)
+        inputs, mask = predicting_positions(input_ids, attention_mask)
+        return _sequence_logprobs(model, inputs, input_ids[:, 1:], {"attention_mask": mask}, forward_context, head,
+                                  scored=scored)
     install_grouped_attention()
     inputs = {"attention_mask": placeholder_mask(len(layout.input_ids), input_ids.device),
               "position_ids": layout.position_ids, GROUPS_KEYWORD: layout.groups}
@@ -69,6 +67,15 @@ def forward_logprobs(
         logprobs, entropy = _sequence_logprobs(model, layout.input_ids, layout.targets, inputs, forward_context,
                                                head, layout.attention_length, packed_scored)
     return layout.gather(logprobs), None if entropy is None else layout.gather(entropy)
+
+
+def predicting_positions(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask) [B, L] without the last position, which predicts nothing and
+    so is not run (module docstring); a batch of one position keeps it. Also the critic's rule
+    (heron.critic.value_model)."""
+    if input_ids.shape[1] < 2:
+        return input_ids, attention_mask
+    return input_ids[:, :-1], attention_mask[:, :-1]  # [B, L-1] each
 
 
 def _sequence_logprobs(model, input_ids, targets, inputs, forward_context, head: dict, attention_length=None,
