@@ -8,7 +8,7 @@ export OMP_NUM_THREADS ?= 2
 export RAY_AUTH_MODE ?= disabled
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: demo test test-slow test-portability test-floor test-engines soak bench venv vllm-venv clean
+.PHONY: demo test test-slow test-portability test-floor floor-venv test-engines soak bench venv vllm-venv clean
 
 venv: $(STAMP)
 
@@ -41,9 +41,13 @@ test-portability: $(STAMP)
 # has them), in its own venv: requirements.txt's pins with both at their floors
 # (tests/floor_requirements.py). torch 2.11 comes from PyPI as its CUDA build (~3 GB, a few minutes).
 # FLOOR_PYTHON picks the venv's interpreter (the GPU image's is 3.12); a venv on another one is remade.
+# test-floor checks that it runs, then builds the venv in a sub-make told its version (FLOOR_TAG), so
+# reading this file runs no Python.
 FLOOR_PYTHON ?= $(PYTHON)
 FLOOR_VENV   := .venv-floor
-FLOOR_STAMP  := $(FLOOR_VENV)/.installed-$(shell $(FLOOR_PYTHON) -c 'import sys; print("py%d.%d" % sys.version_info[:2])')
+FLOOR_TAG    ?=
+FLOOR_STAMP  := $(FLOOR_VENV)/.installed-$(FLOOR_TAG)
+FLOOR_VERSION := import sys; print("py%d.%d" % sys.version_info[:2])
 
 $(FLOOR_STAMP): requirements.txt pyproject.toml tests/floor_requirements.py | $(STAMP)
 	if [ "$$($(FLOOR_VENV)/bin/python -V 2>&1)" != "$$($(FLOOR_PYTHON) -V)" ]; then \
@@ -54,7 +58,11 @@ $(FLOOR_STAMP): requirements.txt pyproject.toml tests/floor_requirements.py | $(
 	$(FLOOR_VENV)/bin/pip install -q --no-deps -e .
 	touch $(FLOOR_STAMP)
 
-test-floor: $(FLOOR_STAMP)
+floor-venv: $(FLOOR_STAMP)
+
+test-floor: $(STAMP)
+	@$(FLOOR_PYTHON) -c 'import sys' >/dev/null 2>&1 || { echo "make test-floor: FLOOR_PYTHON=$(FLOOR_PYTHON) does not run a Python; set it to an interpreter's path, e.g. FLOOR_PYTHON=$$(command -v python3)" >&2; exit 2; }
+	@$(MAKE) --no-print-directory floor-venv FLOOR_TAG=$$($(FLOOR_PYTHON) -c '$(FLOOR_VERSION)')
 	$(FLOOR_VENV)/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
 
 # Long soak (not in any other tier): 10,000 random residency sequences, 50 SIGKILLed
