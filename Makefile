@@ -41,8 +41,9 @@ test-portability: $(STAMP)
 # has them), in its own venv: requirements.txt's pins with both at their floors
 # (tests/floor_requirements.py). torch 2.11 comes from PyPI as its CUDA build (~3 GB, a few minutes).
 # FLOOR_PYTHON picks the venv's interpreter (the GPU image's is 3.12); a venv on another one is remade.
-# test-floor checks that it runs, then builds the venv in a sub-make told its version (FLOOR_TAG), so
-# reading this file runs no Python.
+# test-floor asks it for its version (an interpreter that does not run stops it with one line) and
+# builds the venv in a sub-make told that version (FLOOR_TAG; floor-venv is that sub-make's target),
+# so reading this file runs no Python.
 FLOOR_PYTHON ?= $(PYTHON)
 FLOOR_VENV   := .venv-floor
 FLOOR_TAG    ?=
@@ -61,8 +62,8 @@ $(FLOOR_STAMP): requirements.txt pyproject.toml tests/floor_requirements.py | $(
 floor-venv: $(FLOOR_STAMP)
 
 test-floor: $(STAMP)
-	@$(FLOOR_PYTHON) -c 'import sys' >/dev/null 2>&1 || { echo "make test-floor: FLOOR_PYTHON=$(FLOOR_PYTHON) does not run a Python; set it to an interpreter's path, e.g. FLOOR_PYTHON=$$(command -v python3)" >&2; exit 2; }
-	@$(MAKE) --no-print-directory floor-venv FLOOR_TAG=$$($(FLOOR_PYTHON) -c '$(FLOOR_VERSION)')
+	@tag=$$($(FLOOR_PYTHON) -c '$(FLOOR_VERSION)' 2>/dev/null) || { echo "make test-floor: FLOOR_PYTHON=$(FLOOR_PYTHON) does not run a Python; set it to an interpreter's path, e.g. FLOOR_PYTHON=$$(command -v python3)" >&2; exit 2; }; \
+	  $(MAKE) --no-print-directory floor-venv FLOOR_TAG=$$tag
 	$(FLOOR_VENV)/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
 
 # Long soak (not in any other tier): 10,000 random residency sequences, 50 SIGKILLed
