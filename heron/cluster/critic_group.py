@@ -17,13 +17,12 @@ world size.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
 
 from heron.checkpoint.shards import SavedShards, ShardRequest
-from heron.cluster.rank_spec import RankSpec, join_group, wait_saved_on_ranks
+from heron.cluster.rank_spec import RankSpec, join_group, rank_parallelize, wait_saved_on_ranks
 from heron.cluster.remote_call import ActorRef, wait_all
 from heron.critic.build import build_critic
 from heron.critic.critic import batch_metrics
@@ -40,11 +39,10 @@ def build_critic_rank(spec: RankSpec, rank: int, master_addr: str, master_port: 
     """Runs inside a critic actor: joins the critic ranks' process group, then builds the same
     critic as the local executor (``heron.critic.build``; ``spec.component`` is its
     ``CriticSpec``), made data-parallel from outside."""
-    from heron.parallel.data_parallel import apply_data_parallel
     from heron.parallel.dp_critic import DataParallelCritic
 
     join_group(spec, rank, master_addr, master_port)
-    return build_critic(spec.component, parallelize=partial(apply_data_parallel, kind=spec.parallel), critic_cls=DataParallelCritic)
+    return build_critic(spec.component, parallelize=rank_parallelize(spec), critic_cls=DataParallelCritic)
 
 
 class CriticGroup(Resident):

@@ -1,14 +1,19 @@
 """``RankSpec``: what one rank actor of a data-parallel component (a trainer rank, a critic rank)
 needs -- the component's own spec plus its data parallelism -- and ``join_group``, the first thing
-such an actor does: join its component's torch.distributed group. ``wait_saved_on_ranks``: the
-driver-side end of such a component's checkpoint write."""
+such an actor does: join its component's torch.distributed group; ``rank_parallelize``: how it
+then makes its model data-parallel. ``wait_saved_on_ranks``: the driver-side end of such a
+component's checkpoint write."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, Callable
 
 from heron.cluster.remote_call import wait_all
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -18,6 +23,14 @@ class RankSpec:
     parallel: str  # train.parallel: fsdp2 | ddp
     device: str  # cluster.device: cpu (gloo) | cuda (nccl)
     collective_timeout_s: float
+
+
+def rank_parallelize(spec: RankSpec) -> Callable[[torch.nn.Module], torch.nn.Module]:
+    """``parallelize(model) -> model`` for a rank's component: ``train.parallel`` under the
+    component's ``train.precision`` (FSDP2 gathers in bf16 under bf16, heron.parallel.data_parallel)."""
+    from heron.parallel.data_parallel import apply_data_parallel
+
+    return partial(apply_data_parallel, kind=spec.parallel, precision=spec.component.train.precision)
 
 
 def join_group(spec: RankSpec, rank: int, master_addr: str, master_port: int) -> None:

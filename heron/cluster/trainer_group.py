@@ -16,14 +16,13 @@ through its residency proxy (the coordinator sleeps colocated engines first);
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
 
 from heron.checkpoint.run_state import TrainerState
 from heron.checkpoint.shards import SavedShards, ShardRequest
-from heron.cluster.rank_spec import RankSpec, join_group, wait_saved_on_ranks
+from heron.cluster.rank_spec import RankSpec, join_group, rank_parallelize, wait_saved_on_ranks
 from heron.cluster.remote_call import ActorRef, wait_all
 from heron.parallel.rank_balance import RankBalance, imbalance
 from heron.parallel.shard_batch import rank_rows, shard_for_ranks, shards_of
@@ -42,13 +41,12 @@ def build_trainer_rank(spec: RankSpec, rank: int, master_addr: str, master_port:
     """Runs inside a trainer actor: joins the process group, then builds the same trainer as
     the local executor (``heron.trainer.build``; ``spec.component`` is its ``TrainerSpec``),
     made data-parallel from outside."""
-    from heron.parallel.data_parallel import apply_data_parallel
     from heron.parallel.dp_trainer import DataParallelTrainer
 
     join_group(spec, rank, master_addr, master_port)
     torch.manual_seed(spec.component.seed)
     return build_trainer(
-        spec.component, parallelize=partial(apply_data_parallel, kind=spec.parallel), trainer_cls=DataParallelTrainer,
+        spec.component, parallelize=rank_parallelize(spec), trainer_cls=DataParallelTrainer,
     )
 
 

@@ -45,9 +45,10 @@ class TrainConfig:
         0,
     )
     precision: Literal["fp32", "bf16"] = doc(
-        "Arithmetic of the trainer's forward/backward: bf16 runs the model under autocast (bfloat16 matmuls) "
-        "while master weights, gradients, optimizer state, logprobs and the loss stay float32 (needs "
-        "model.dtype=float32; model.dtype=bfloat16 is pure bf16 instead).",
+        "Arithmetic of the trainer's forward/backward: bf16 runs the model under autocast (bfloat16 matmuls; "
+        "FSDP2 ranks also gather the weights in bfloat16, FSDP2's mixed precision) while master weights, "
+        "gradients, optimizer state, logprobs and the loss stay float32 (needs model.dtype=float32; "
+        "model.dtype=bfloat16 is pure bf16 instead).",
         "fp32",
     )
     attention_backend: Literal["auto", "torch"] = doc(

@@ -18,6 +18,9 @@ from heron.trainer.logprobs import predicting_positions
 
 
 class ValueModel(torch.nn.Module):
+    # kept float32 under FSDP2's bf16 mixed precision too (heron.parallel.data_parallel)
+    float32_modules = ("value_head",)
+
     def __init__(self, backbone: torch.nn.Module, hidden_size: int):
         super().__init__()
         self.backbone = backbone

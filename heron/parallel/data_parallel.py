@@ -47,22 +47,57 @@ def group_timeout() -> timedelta | None:
     return _group_timeout
 
 
-def apply_data_parallel(model: torch.nn.Module, kind: ParallelKind) -> torch.nn.Module:
-    """Returns the model to train: the same module sharded in place (fsdp2) or a DDP wrapper."""
+def apply_data_parallel(model: torch.nn.Module, kind: ParallelKind, precision: str = "fp32") -> torch.nn.Module:
+    """Returns the model to train: the same module sharded in place (fsdp2) or a DDP wrapper.
+    ``precision`` is ``train.precision``: under FSDP2, bf16 all-gathers the weights in bfloat16
+    (``fsdp_mixed_precision``); DDP leaves it to the trainer's autocast."""
     if kind == "fsdp2":
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+        policy = fsdp_mixed_precision(precision)
         for module in list(model.modules()):
             if isinstance(module, torch.nn.ModuleList):
                 for block in module:
-                    fully_shard(block)
-        fully_shard(model)
+                    fully_shard(block, mp_policy=policy)
+        for name in getattr(model, "float32_modules", ()):  # e.g. the critic's value head
+            fully_shard(model.get_submodule(name), mp_policy=MixedPrecisionPolicy())
+        fully_shard(model, mp_policy=policy)
         return model
     if kind == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
         return DistributedDataParallel(model)
     raise ValueError(f"unknown data parallelism {kind!r}; use fsdp2 or ddp")
+
+
+def fsdp_mixed_precision(precision: str):
+    """FSDP2's ``MixedPrecisionPolicy`` for ``train.precision``.
+
+    bf16: each unit's float32 shards are cast to bfloat16 before the all-gather, so the gather
+    moves half the bytes and the forward and backward compute on the gathered bf16 weights (no
+    per-op cast of a float32 weight, as autocast does), and the gradients are reduce-scattered
+    in float32 into the float32 shards AdamW steps: the master weights, gradients and optimizer
+    state stay float32. This is torchtitan's and verl's recipe for FSDP2. Against one process's
+    autocast (heron.trainer.precision) the activations between layers and the norms' weights
+    are bfloat16 too: the values move within bf16 round-off, not by summation order only.
+    A module named in the root's ``float32_modules`` gets a unit of its own that keeps float32
+    (the critic's value head). fp32: no casts."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if precision == "bf16":
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
+def reshard(model: torch.nn.Module) -> None:
+    """Frees FSDP2's gathered weights, leaving each unit its shard (no-op under DDP). A forward
+    without a backward leaves the root unit gathered (FSDP2 keeps it for the backward that would
+    reshard it): between operations a component holds only its shards, what a sleep offloads."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:

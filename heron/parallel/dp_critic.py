@@ -12,10 +12,11 @@ where it is (``heron.cluster.critic_group``).
 
 from __future__ import annotations
 
+import torch
 import torch.distributed as dist
 
 from heron.critic.critic import Critic
-from heron.parallel.data_parallel import all_reduce_mean, all_reduce_sum, any_rank, clip_grad_norm, max_over_ranks
+from heron.parallel.data_parallel import all_reduce_mean, all_reduce_sum, any_rank, clip_grad_norm, max_over_ranks, reshard
 from heron.residency import needs_device
 from heron.trainer.batch import TrainBatch
 
@@ -37,6 +38,15 @@ class DataParallelCritic(Critic):
 
     def _writes_shared_files(self) -> bool:
         return dist.get_rank() == 0
+
+    @needs_device
+    def values(self, batch: TrainBatch) -> torch.Tensor:
+        """``Critic.values`` on this rank's rows, then the gathered weights freed (``reshard``):
+        its forwards run without a backward, which under FSDP2 leaves the root unit gathered."""
+        try:
+            return super().values(batch)
+        finally:
+            reshard(self.model)
 
     @needs_device
     def train(self, batch: TrainBatch) -> dict[str, float]:
