@@ -4,6 +4,7 @@ evaluates through the engine actor, and leaves no Ray behind -- also when interr
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 import ray
@@ -152,3 +153,27 @@ def test_two_ranks_report_the_model_flops_of_every_row_they_trained(no_ray, toy_
         lengths = torch.tensor([len(s.prompt_tokens) + len(s.response_tokens) for s in batch.samples])
         assert record["train/model_flops"] == pytest.approx(float(cost.training(lengths)), rel=1e-6)
         assert record["perf/train_tflops"] == pytest.approx(record["train/model_flops"] / record["time/train_s"] / 1e12)
+
+
+def test_bf16_fsdp2_ranks_sleep_between_turns_and_resume_exactly(no_ray, toy_model_dir, toy_data_path, tmp_path):
+    """train.precision=bf16 on two colocated FSDP2 ranks (weights gathered in bf16,
+    heron.parallel.data_parallel): the ranks sleep and wake around each turn, save their float32
+    shards, and a run resumed from rollout 0's checkpoint gives the straight run's rollout 1 bit
+    for bit (the same operations in the same order: tests/tolerance.py, rule 1)."""
+    import shutil
+
+    from heron.tracking.metrics_file import read_jsonl
+    from tests.run_compare import comparable
+
+    extra = ("train.precision=bf16", "run.allow_emulated_bf16=true", "eval.interval=0", "checkpoint.interval=1")
+    try:
+        train(_config(toy_model_dir, toy_data_path, tmp_path / "straight", 2, *extra))
+        checkpoint = Path("checkpoints") / "rollout-000000"
+        shutil.copytree(tmp_path / "straight" / checkpoint, tmp_path / "resumed" / checkpoint)
+        train(_config(toy_model_dir, toy_data_path, tmp_path / "resumed", 2, *extra))
+    finally:
+        ray.shutdown()
+    straight, resumed = (read_jsonl(tmp_path / name / "metrics.jsonl") for name in ("straight", "resumed"))
+    assert straight[-1]["memory/trainer-rank-1_released_bytes"] > 0  # the second rank slept
+    assert [r["rollout_id"] for r in resumed] == [1]
+    assert comparable(resumed[0]) == comparable(straight[1])
