@@ -39,7 +39,7 @@ from bench.side_by_side import SHAPES, random_batch, skips_emulated_bf16, toy_mo
 
 WORLD, ROWS, PROMPT = 2, 32, 5
 MODELS = {"25M": "25M (hidden 512, 8 layers)", "3.2M": "3.2M (hidden 256, 4 layers)"}
-VARIANTS = {"fp32 gather": "fp32", "bf16 gather": "bf16"}  # name -> apply_data_parallel's precision
+VARIANTS = {"fp32 gather": {"precision": "fp32"}, "bf16 gather": {"precision": "bf16"}}  # apply_data_parallel's
 
 
 GATHERS = ("all_gather_single", "all_gather_into_tensor")  # what FSDP2 gathers with: torch 2.13, older
@@ -69,7 +69,7 @@ class GatherBytes:
             setattr(dist, name, gather)
 
 
-def _trainer(model_dir: str, gather: str):
+def _trainer(model_dir: str, parallel: dict):
     from transformers import AutoModelForCausalLM
 
     from heron.config.algo import AlgoConfig
@@ -79,17 +79,17 @@ def _trainer(model_dir: str, gather: str):
     from heron.trainer.objectives import PolicyObjective
 
     torch.manual_seed(0)
-    model = apply_data_parallel(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), "fsdp2", gather)
+    model = apply_data_parallel(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), "fsdp2", **parallel)
     cfg = TrainConfig(lr=1e-6, micro_batch_size=ROWS // WORLD, precision="bf16")
     return DataParallelTrainer(model, cfg, PolicyObjective(AlgoConfig()), total_steps=10_000)
 
 
-def _rank(rank: int, tmp: str, model_dir: str, repeats: int) -> None:
+def _rank(rank: int, tmp: str, model_dir: str, variants: dict[str, dict], repeats: int) -> None:
     dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=rank, world_size=WORLD,
                             timeout=timedelta(seconds=600))
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module")  # transformers' output views, one per forward
-    trainers = {name: _trainer(model_dir, gather) for name, gather in VARIANTS.items()}
+    trainers = {name: _trainer(model_dir, parallel) for name, parallel in variants.items()}
     vocab = next(iter(trainers.values())).model.config.vocab_size
     lengths = [24 + (7 * row) % 9 for row in range(ROWS)]  # 24-32 answer tokens
     shard = random_batch(vocab, PROMPT, lengths).take(list(range(rank, ROWS, WORLD)), PROMPT + max(lengths))
@@ -108,32 +108,47 @@ def _rank(rank: int, tmp: str, model_dir: str, repeats: int) -> None:
     if rank == 0:
         Path(tmp, "result.json").write_text(json.dumps({"times": times, "gathered": gathered}))
     dist.destroy_process_group()
+    # gloo's C++ threads can abort the interpreter's finalisation (SIGABRT, seen once here after
+    # both ranks had finished, as in tests/gloo_ranks.py): the result is written, so leave without it
+    sys.stdout.flush()
+    os._exit(0)
 
 
-def main() -> None:
+def measure(model: str, variants: dict[str, dict], repeats: int) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """Each variant's step times over the rounds, and the bytes one step's all-gathers moved a rank."""
+    os.environ.setdefault("TORCH_GLOO_LAZY_INIT", "1")  # as heron's ranks run (heron.device.prepare_process_groups)
+    shape = MODELS[model]
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = toy_model(shape, SHAPES[shape], Path(tmp))
+        mp.spawn(_rank, args=(tmp, str(model_dir), variants, repeats), nprocs=WORLD)
+        result = json.loads(Path(tmp, "result.json").read_text())
+    print(f"model {shape}, {WORLD} gloo ranks (FSDP2, 1 thread each), train.precision=bf16, {ROWS} rows "
+          f"({ROWS // WORLD} a rank), one train step a call, {repeats} alternated rounds after a warm-up")
+    for name, seconds in result["times"].items():
+        print(f"  {name}: step median {statistics.median(seconds):.3f} s ({' '.join(f'{s:.3f}' for s in seconds)}), "
+              f"all-gathers {result['gathered'][name] / 1e6:.1f} MB a rank")
+    return result["times"], result["gathered"]
+
+
+def ratio_line(times: dict[str, list[float]], gathered: dict[str, int], new: str, old: str) -> str:
+    """``<new's median step / old's> (all-gather bytes <new / old>; per round ...)``."""
+    step = statistics.median(times[new]) / statistics.median(times[old])
+    per_round = [n / o for n, o in zip(times[new], times[old])]
+    return (f"{step:.2f} (all-gather bytes {gathered[new] / gathered[old]:.2f}; "
+            f"per round {' '.join(f'{r:.2f}' for r in per_round)})")
+
+
+def run(bench: str, variants: dict[str, dict], new: str, old: str, metric: str) -> None:
+    """A bench's command line: measures ``variants`` and prints ``<bench>: <metric>=<new vs old>``."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--model", default="25M", choices=list(MODELS))
     args = parser.parse_args()
-    if skips_emulated_bf16("fsdp_precision"):
+    if skips_emulated_bf16(bench):
         return
-    os.environ.setdefault("TORCH_GLOO_LAZY_INIT", "1")  # as heron's ranks run (heron.device.prepare_process_groups)
-    shape = MODELS[args.model]
-    with tempfile.TemporaryDirectory() as tmp:
-        model_dir = toy_model(shape, SHAPES[shape], Path(tmp))
-        mp.spawn(_rank, args=(tmp, str(model_dir), args.repeats), nprocs=WORLD)
-        result = json.loads(Path(tmp, "result.json").read_text())
-    times, gathered = result["times"], result["gathered"]
-    print(f"model {shape}, {WORLD} gloo ranks (FSDP2, 1 thread each), train.precision=bf16, {ROWS} rows "
-          f"({ROWS // WORLD} a rank), one train step a call, {args.repeats} alternated rounds after a warm-up")
-    for name, seconds in times.items():
-        print(f"  {name}: step median {statistics.median(seconds):.3f} s ({' '.join(f'{s:.3f}' for s in seconds)}), "
-              f"all-gathers {gathered[name] / 1e6:.1f} MB a rank")
-    step = statistics.median(times["bf16 gather"]) / statistics.median(times["fp32 gather"])
-    per_round = [b / f for b, f in zip(times["bf16 gather"], times["fp32 gather"])]
-    print(f"fsdp_precision: train_step_s_bf16_gather_vs_fp32={step:.2f} (all-gather bytes "
-          f"{gathered['bf16 gather'] / gathered['fp32 gather']:.2f}; per round {' '.join(f'{r:.2f}' for r in per_round)})")
+    times, gathered = measure(args.model, variants, args.repeats)
+    print(f"{bench}: {metric}={ratio_line(times, gathered, new, old)}")
 
 
 if __name__ == "__main__":
-    main()
+    run("fsdp_precision", VARIANTS, "bf16 gather", "fp32 gather", "train_step_s_bf16_gather_vs_fp32")

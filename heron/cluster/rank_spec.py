@@ -27,10 +27,13 @@ class RankSpec:
 
 def rank_parallelize(spec: RankSpec) -> Callable[[torch.nn.Module], torch.nn.Module]:
     """``parallelize(model) -> model`` for a rank's component: ``train.parallel`` under the
-    component's ``train.precision`` (FSDP2 gathers in bf16 under bf16, heron.parallel.data_parallel)."""
+    component's ``train.precision`` (FSDP2 gathers in bf16 under bf16) and
+    ``train.reshard_after_forward`` (heron.parallel.data_parallel)."""
     from heron.parallel.data_parallel import apply_data_parallel
 
-    return partial(apply_data_parallel, kind=spec.parallel, precision=spec.component.train.precision)
+    train = spec.component.train
+    return partial(apply_data_parallel, kind=spec.parallel, precision=train.precision,
+                   reshard_after_forward=train.reshard_after_forward)
 
 
 def join_group(spec: RankSpec, rank: int, master_addr: str, master_port: int) -> None:

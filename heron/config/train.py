@@ -76,6 +76,13 @@ class TrainConfig:
     )
     world_size: int = doc("Data-parallel trainer ranks (torch.distributed group); > 1 needs cluster.backend=ray.", 1)
     parallel: Literal["fsdp2", "ddp"] = doc("Data parallelism of the ranks: fsdp2 (fully_shard, default) or ddp.", "fsdp2")
+    reshard_after_forward: bool = doc(
+        "FSDP2 ranks: free each decoder layer's gathered weights after its forward and gather them again for its "
+        "backward (true: ZeRO-3, the least memory), or keep them until the backward (false: one all-gather of "
+        "the weights a micro-batch instead of two, for the whole model's gathered weights held from forward to "
+        "backward). The same maths either way (heron.parallel.data_parallel).",
+        True,
+    )
     balance_ranks: bool = doc(
         "With world_size > 1: deal each mini-batch's rows to the ranks so that each gets about the same work "
         "(tokens of the rows it trains; a prompt's samples kept together), instead of contiguous equal shares: a "
@@ -120,6 +127,9 @@ class TrainConfig:
         check(self.grad_clip >= 0, f"train.grad_clip must be >= 0, got {self.grad_clip}")
         check(self.steps_per_rollout >= 1, f"train.steps_per_rollout must be >= 1, got {self.steps_per_rollout}")
         check(self.world_size >= 1, f"train.world_size must be >= 1, got {self.world_size}")
+        check(self.reshard_after_forward or self.parallel == "fsdp2",
+              "train.reshard_after_forward=false applies to FSDP2's sharded weights; DDP keeps whole weights "
+              "(set train.parallel=fsdp2 or drop it)")
         check(self.max_tokens_per_micro_batch >= 0, f"train.max_tokens_per_micro_batch must be >= 0 (0: off), got {self.max_tokens_per_micro_batch}")
         check(self.logprob_chunk_size >= 0, f"train.logprob_chunk_size must be >= 0 (0: off), got {self.logprob_chunk_size}")
         check(self.micro_batch_size >= 1, f"train.micro_batch_size must be >= 1, got {self.micro_batch_size}")

@@ -47,10 +47,16 @@ def group_timeout() -> timedelta | None:
     return _group_timeout
 
 
-def apply_data_parallel(model: torch.nn.Module, kind: ParallelKind, precision: str = "fp32") -> torch.nn.Module:
+def apply_data_parallel(model: torch.nn.Module, kind: ParallelKind, precision: str = "fp32",
+                        reshard_after_forward: bool = True) -> torch.nn.Module:
     """Returns the model to train: the same module sharded in place (fsdp2) or a DDP wrapper.
     ``precision`` is ``train.precision``: under FSDP2, bf16 all-gathers the weights in bfloat16
-    (``fsdp_mixed_precision``); DDP leaves it to the trainer's autocast."""
+    (``fsdp_mixed_precision``); DDP leaves it to the trainer's autocast.
+    ``reshard_after_forward`` (``train.reshard_after_forward``, FSDP2 only): whether each block
+    frees its gathered weights after its forward (gathering them again for its backward) or keeps
+    them until its backward frees them: one all-gather a micro-batch instead of two, for holding
+    every block's gathered weights from forward to backward. The root unit is never resharded
+    after its forward (FSDP2's own rule: its backward comes first)."""
     if kind == "fsdp2":
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -58,7 +64,7 @@ def apply_data_parallel(model: torch.nn.Module, kind: ParallelKind, precision: s
         for module in list(model.modules()):
             if isinstance(module, torch.nn.ModuleList):
                 for block in module:
-                    fully_shard(block, mp_policy=policy)
+                    fully_shard(block, mp_policy=policy, reshard_after_forward=reshard_after_forward)
         for name in getattr(model, "float32_modules", ()):  # e.g. the critic's value head
             fully_shard(model.get_submodule(name), mp_policy=MixedPrecisionPolicy())
         fully_shard(model, mp_policy=policy)
