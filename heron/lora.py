@@ -119,9 +119,15 @@ class AdaptersDisabled(torch.nn.Module):
     def forward(self, *args, **kwargs):
         policy = self.policy
         training = policy.training
+        trainable = [p for p in policy.parameters() if p.requires_grad]
         policy.eval()
         try:
             with policy.disable_adapter():
+                # peft also turns the adapters' requires_grad off while they are disabled; FSDP2 reads it
+                # at its first forward to choose what it reduces (bf16 gradients are reduced in float32
+                # only for the parameters that train then). Disabled adapters stay out of the forward either way.
+                for param in trainable:
+                    param.requires_grad_(True)
                 return policy(*args, **kwargs)
         finally:
             policy.train(training)

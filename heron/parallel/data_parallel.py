@@ -91,7 +91,11 @@ def fsdp_mixed_precision(precision: str):
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     if precision == "bf16":
-        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        # cast_forward_inputs=False: FSDP2 would rebuild every forward keyword to cast the float tensors
+        # in it, and the shared-prompt layout's attention plan travels as one (heron.trainer.grouped_attention);
+        # nothing needs the cast: the root's inputs are token ids and masks, and each layer gets the bf16
+        # hidden states and rotary tables of the gathered bf16 embedding
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False)
     return MixedPrecisionPolicy()
 
 

@@ -9,11 +9,14 @@ weight's gradient is, bit for bit, the float32 mean over the ranks of that copy'
 as halving is exact). Master weights, gradients and AdamW state stay float32; the critic's value
 head is gathered and run in float32. In a DataParallelTrainer step the forward's
 logprobs and entropy are those of the same forward over bfloat16 parameters, bit for bit, and
-differ from the float32 gather's under autocast alone (what ranks did before the policy)."""
+differ from the float32 gather's under autocast alone (what ranks did before the policy), with
+padded rows and with samples sharing their prompt; a LoRA policy whose reference is itself with
+its adapters off trains with float32 adapter state."""
 
 from __future__ import annotations
 
 import copy
+import itertools
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,7 @@ import torch
 
 from tests.gloo_ranks import on_gloo_ranks
 from tests.integration.test_old_logprobs_ranks import _batch
+from tests.integration.test_shared_prompts_ranks import _batch as shared_batch
 
 WORLD, ROWS, LENGTH = 2, 4, 10
 
@@ -93,10 +97,11 @@ def _value_head(rank: int, model_dir: str) -> dict:
     return {**seen, "values": str(values.dtype), "head_grad": str(model.value_head.weight.grad.dtype)}
 
 
-def _trainer_steps(rank: int, model_dir: str) -> dict:
-    """One DataParallelTrainer step under train.precision=bf16 three ways: the weights gathered in
-    float32 (under autocast alone, as before the policy), in bf16 (the policy), and in float32 from
-    a model whose parameters are bfloat16 already (the policy's forward without its casts)."""
+def _trainer_steps(rank: int, model_dir: str, make_batch=_batch) -> dict:
+    """One DataParallelTrainer step on ``make_batch(vocab, rank)`` under train.precision=bf16 three
+    ways: the weights gathered in float32 (under autocast alone, as before the policy), in bf16 (the
+    policy), and in float32 from a model whose parameters are bfloat16 already (the policy's forward
+    without its casts)."""
     from transformers import AutoModelForCausalLM
 
     from heron.config.algo import AlgoConfig
@@ -116,11 +121,15 @@ def _trainer_steps(rank: int, model_dir: str) -> dict:
         cfg = TrainConfig(lr=1e-3, micro_batch_size=2, precision="bf16")
         trainer = DataParallelTrainer(model, cfg, PolicyObjective(AlgoConfig()), total_steps=4)
         initial = {k: v.clone() for k, v in trainer.host_weights().items()}
-        metrics = trainer.train(_batch(model.config.vocab_size, rank))
+        rows = []
+        hook = model.register_forward_hook(lambda _m, _a, kwargs, _o: rows.append(kwargs["input_ids"].shape[0]),
+                                           with_kwargs=True)
+        metrics = trainer.train(make_batch(model.config.vocab_size, rank))
+        hook.remove()
         final = trainer.host_weights()
         state = [t for s in trainer.optimizer.state.values() for t in s.values() if t.dim() > 0]
         results[name] = {
-            "metrics": metrics, "state_dtypes": sorted({str(t.dtype) for t in state}),
+            "metrics": metrics, "state_dtypes": sorted({str(t.dtype) for t in state}), "rows": rows,
             "moved": [k for k in initial if not torch.equal(initial[k], final[k])] if rank == 0 else [],
             "weights": len(initial)}
     return results
@@ -148,6 +157,29 @@ def _rank_build(rank: int, model_dir: str) -> dict:
         trainer.train(_batch(trainer.model.config.vocab_size, rank))
         hook.remove()
     return gathered
+
+
+def _lora_with_reference(rank: int, model_dir: str) -> dict:
+    """A LoRA policy whose KL reference is itself with its adapters off (heron.lora.AdaptersDisabled):
+    on-policy the reference forward is the first one, where FSDP2 decides what it reduces in
+    float32; peft's disable_adapter turns the adapters' requires_grad off while it lasts."""
+    from heron.cluster.rank_spec import RankSpec, rank_parallelize
+    from heron.config.algo import AlgoConfig
+    from heron.config.model import LoraConfig, ModelConfig
+    from heron.config.train import TrainConfig
+    from heron.parallel.dp_trainer import DataParallelTrainer
+    from heron.trainer.build import TrainerSpec, build_trainer
+
+    lora = LoraConfig(enabled=True, rank=4, target_modules=["q_proj", "v_proj"])
+    spec = TrainerSpec(model=ModelConfig(path=model_dir, lora=lora), train=TrainConfig(precision="bf16", micro_batch_size=2),
+                       algo=AlgoConfig(kl_coef=0.1), policy_loss="", total_steps=1, temperature=1.0,
+                       max_response_tokens=8, seed=0, allow_emulated_bf16=True)
+    trainer = build_trainer(spec, parallelize=rank_parallelize(RankSpec(spec, WORLD, "fsdp2", "cpu", 60.0)),
+                            trainer_cls=DataParallelTrainer)
+    metrics = trainer.train(shared_batch(trainer.model.config.vocab_size, rank))
+    state = [t for s in trainer.optimizer.state.values() for t in s.values() if t.dim() > 0]
+    return {"kl": metrics["kl"], "trained": sorted({str(p.dtype) for p in trainer.model.parameters() if p.requires_grad}),
+            "state_dtypes": sorted({str(t.dtype) for t in state})}
 
 
 def _critic_values(rank: int, model_dir: str) -> dict:
@@ -180,8 +212,9 @@ def _critic_values(rank: int, model_dir: str) -> dict:
 
 def _scenarios(rank: int, tmp: Path, model_dir: str) -> dict:
     return {"forward_backward": _forward_backward(rank, model_dir), "value_head": _value_head(rank, model_dir),
-            "trainer": _trainer_steps(rank, model_dir), "rank_build": _rank_build(rank, model_dir),
-            "critic": _critic_values(rank, model_dir)}
+            "trainer": _trainer_steps(rank, model_dir), "shared": _trainer_steps(rank, model_dir, shared_batch),
+            "rank_build": _rank_build(rank, model_dir),
+            "critic": _critic_values(rank, model_dir), "lora": _lora_with_reference(rank, model_dir)}
 
 
 @pytest.fixture(scope="module")
@@ -208,8 +241,9 @@ def test_a_trainer_step_under_the_policy_runs_its_forward_on_bf16_weights_and_ke
     # the logprobs (old_logprobs are 0 in this batch, so their distance to them is |logprob|) and the
     # entropy come from the forward: the same bits as the forward over bfloat16 parameters
     forward_metrics = ("engine_logprob_abs_diff_mean", "engine_logprob_abs_diff_max", "entropy", "pg_loss")
-    for rank, result in enumerate(ranks):
-        runs = result["trainer"]
+    for (rank, result), layout in itertools.product(enumerate(ranks), ("trainer", "shared")):
+        runs = result[layout]  # padded rows, and samples sharing their prompt (attention by parts)
+        assert runs["policy"]["rows"] == ([2, 2] if layout == "trainer" else [1, 1]), (rank, layout)  # 1 packed row a prompt
         policy, bf16_params, autocast = runs["policy"], runs["bf16_params"], runs["autocast"]
         assert policy["state_dtypes"] == ["torch.float32"] == autocast["state_dtypes"], rank
         assert {k: policy["metrics"][k] for k in forward_metrics} == {k: bf16_params["metrics"][k] for k in forward_metrics}
@@ -232,3 +266,15 @@ def test_a_critic_rank_holds_only_its_shards_between_operations(ranks):
     a sleep offloads -- is its float32 shards, not the root's gathered bf16 copies."""
     for rank, result in enumerate(ranks):
         assert result["critic"] == {"values": [], "train": []}, rank
+
+
+def test_a_lora_policy_with_its_adapters_off_as_reference_trains(ranks):
+    """Before heron.lora.AdaptersDisabled kept the adapters' requires_grad, FSDP2 initialised during
+    that first forward, found nothing to train, and the backward failed assigning bf16 gradients to
+    the float32 adapter shards. The KL is not 0 although the adapters start at 0: the reference
+    forward runs without grad, so with another attention kernel (heron.trainer.attention_kernel),
+    and bf16 rounds the two apart."""
+    for rank, result in enumerate(ranks):
+        lora = result["lora"]
+        assert lora["trained"] == ["torch.float32"] and lora["state_dtypes"] == ["torch.float32"], rank
+        assert 0.0 <= lora["kl"] < float("inf"), rank
