@@ -48,8 +48,11 @@ def group_timeout() -> timedelta | None:
 
 
 def apply_data_parallel(model: torch.nn.Module, kind: ParallelKind, precision: str = "fp32",
-                        reshard_after_forward: bool = True) -> torch.nn.Module:
+                        reshard_after_forward: bool = True, frozen: bool = False) -> torch.nn.Module:
     """Returns the model to train: the same module sharded in place (fsdp2) or a DDP wrapper.
+    ``frozen``: a model that only runs forwards (the KL reference): FSDP2 shards it as well, so a
+    rank holds 1/N of it, and frees each layer after its forward; DDP leaves it whole (it has no
+    gradients to synchronise).
     ``precision`` is ``train.precision``: under FSDP2, bf16 all-gathers the weights in bfloat16
     (``fsdp_mixed_precision``); DDP leaves it to the trainer's autocast.
     ``reshard_after_forward`` (``train.reshard_after_forward``, FSDP2 only): whether each block
@@ -57,10 +60,13 @@ def apply_data_parallel(model: torch.nn.Module, kind: ParallelKind, precision: s
     them until its backward frees them: one all-gather a micro-batch instead of two, for holding
     every block's gathered weights from forward to backward. The root unit is never resharded
     after its forward (FSDP2's own rule: its backward comes first)."""
+    if kind == "ddp" and frozen:
+        return model
     if kind == "fsdp2":
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         policy = fsdp_mixed_precision(precision)
+        reshard_after_forward = reshard_after_forward or frozen  # no backward would free them
         for module in list(model.modules()):
             if isinstance(module, torch.nn.ModuleList):
                 for block in module:

@@ -16,7 +16,9 @@ import torch
 import torch.distributed as dist
 
 from heron.algo.loss_agg import LossNormalizer, normalizer
-from heron.parallel.data_parallel import all_reduce_mean, all_reduce_sum, any_rank, clip_grad_norm, full_state_dict, max_over_ranks
+from heron.parallel.data_parallel import (
+    all_reduce_mean, all_reduce_sum, any_rank, clip_grad_norm, full_state_dict, max_over_ranks, reshard,
+)
 from heron.residency import needs_device
 from heron.residency.snapshot import host_snapshot_of
 from heron.trainer.batch import TrainBatch
@@ -64,6 +66,18 @@ class DataParallelTrainer(PolicyTrainer):
     def train(self, batch: TrainBatch) -> dict[str, float]:
         """This rank's share of the rollout (``steps_per_rollout`` mini-batches, in order)."""
         return all_reduce_mean(super().train(batch))
+
+    @torch.no_grad()
+    def _logprobs(self, batch: TrainBatch, *, reference: bool = False, parts=None) -> torch.Tensor:
+        """``PolicyTrainer._logprobs``, then the gathered weights freed (``reshard``): its forwards
+        run without a backward, which under FSDP2 leaves the root unit gathered (of the policy, or
+        of the reference; a LoRA reference is the policy itself)."""
+        try:
+            return super()._logprobs(batch, reference=reference, parts=parts)
+        finally:
+            reshard(self.model)
+            if self.reference is not None:
+                reshard(self.reference)
 
     def _holds_full_weights(self) -> bool:
         return dist.get_rank() == 0

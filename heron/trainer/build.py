@@ -44,8 +44,9 @@ def build_trainer(
     parallelize: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
     trainer_cls: type[PolicyTrainer] = PolicyTrainer,
 ) -> PolicyTrainer:
-    """The policy trainer; ``parallelize(model) -> model`` (data parallelism, applied from
-    outside by the cluster layer) runs before the optimizer is built."""
+    """The policy trainer; ``parallelize(model, frozen=False) -> model`` (data parallelism,
+    applied from outside by the cluster layer) runs before the optimizer is built, on the policy
+    and, with ``frozen=True``, on a separately loaded KL reference."""
     from heron.device import check_bf16, place, resolve
     from heron.lora import AdaptersDisabled, apply_lora, engine_view
     from heron.models import load_model
@@ -72,6 +73,8 @@ def build_trainer(
         reference = AdaptersDisabled(model)
     elif spec.algo.kl_coef > 0:
         reference = place(load_model(spec.model.path, spec.model.dtype), device)
+        if parallelize:  # data-parallel ranks: sharded as the policy under FSDP2 (heron.parallel.data_parallel)
+            reference = parallelize(reference, frozen=True)
     return trainer_cls(
         parallelize(model) if parallelize else model,
         spec.train,
