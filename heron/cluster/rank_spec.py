@@ -25,9 +25,9 @@ class RankSpec:
     collective_timeout_s: float
 
 
-def rank_parallelize(spec: RankSpec) -> Callable[[torch.nn.Module], torch.nn.Module]:
-    """``parallelize(model) -> model`` for a rank's component: ``train.parallel`` under the
-    component's ``train.precision`` (FSDP2 gathers in bf16 under bf16) and
+def rank_parallelize(spec: RankSpec) -> Callable[..., torch.nn.Module]:
+    """``parallelize(model, frozen=False) -> model`` for a rank's component: ``train.parallel``
+    under the component's ``train.precision`` (FSDP2 gathers in bf16 under bf16) and
     ``train.reshard_after_forward`` (heron.parallel.data_parallel)."""
     from heron.parallel.data_parallel import apply_data_parallel
 

@@ -50,16 +50,16 @@ def group_timeout() -> timedelta | None:
 def apply_data_parallel(model: torch.nn.Module, kind: ParallelKind, precision: str = "fp32",
                         reshard_after_forward: bool = True, frozen: bool = False) -> torch.nn.Module:
     """Returns the model to train: the same module sharded in place (fsdp2) or a DDP wrapper.
-    ``frozen``: a model that only runs forwards (the KL reference): FSDP2 shards it as well, so a
-    rank holds 1/N of it, and frees each layer after its forward; DDP leaves it whole (it has no
-    gradients to synchronise).
     ``precision`` is ``train.precision``: under FSDP2, bf16 all-gathers the weights in bfloat16
     (``fsdp_mixed_precision``); DDP leaves it to the trainer's autocast.
     ``reshard_after_forward`` (``train.reshard_after_forward``, FSDP2 only): whether each block
     frees its gathered weights after its forward (gathering them again for its backward) or keeps
     them until its backward frees them: one all-gather a micro-batch instead of two, for holding
     every block's gathered weights from forward to backward. The root unit is never resharded
-    after its forward (FSDP2's own rule: its backward comes first)."""
+    after its forward (FSDP2's own rule: its backward comes first).
+    ``frozen``: a model that only runs forwards (the KL reference): FSDP2 shards it as well, so a
+    rank holds 1/N of it, and frees each block after its forward; DDP leaves it whole (it has no
+    gradients to synchronise)."""
     if kind == "ddp" and frozen:
         return model
     if kind == "fsdp2":
@@ -118,7 +118,8 @@ def reshard(model: torch.nn.Module) -> None:
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The unsharded weights with the plain model's names, on the host. A collective: every
-    rank must call it; every rank gets the full dict."""
+    rank must call it; rank 0 gets the full dict, the others an empty one (torch keeps the host
+    copy on rank 0 only)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True, broadcast_from_rank0=False))

@@ -41,7 +41,7 @@ class TrainerSpec:
 
 def build_trainer(
     spec: TrainerSpec,
-    parallelize: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+    parallelize: Callable[..., torch.nn.Module] | None = None,
     trainer_cls: type[PolicyTrainer] = PolicyTrainer,
 ) -> PolicyTrainer:
     """The policy trainer; ``parallelize(model, frozen=False) -> model`` (data parallelism,
