@@ -3,11 +3,11 @@ heron.parallel.data_parallel.fsdp_mixed_precision), with two real gloo ranks in 
 
 What it must be: the float32 shards cast to bfloat16 for the all-gather, forward and backward on
 those bf16 weights, the bf16 gradients reduce-scattered in float32 into float32 shards. So a
-rank's loss is, bit for bit, the loss of a copy of the model with bfloat16 parameters on its rows, and each
-weight's gradient is, bit for bit, the float32 mean over the ranks of that copy's bf16 gradients
-(a mean of two floats: ``(a + b) / 2`` in float32 is one rounding whichever way it is summed,
-as halving is exact). Master weights, gradients and AdamW state stay float32; the critic's value
-head is gathered and run in float32. In a DataParallelTrainer step the forward's
+rank's loss is, bit for bit, the loss of a copy of the model with bfloat16 parameters on its
+rows, and each weight's gradient is, bit for bit, the float32 mean over the ranks of that copy's
+bf16 gradients (a mean of two floats: ``(a + b) / 2`` in float32 is one rounding whichever way
+it is summed, as halving is exact). Master weights, gradients and AdamW state stay float32; the
+critic's value head is gathered and run in float32. In a DataParallelTrainer step the forward's
 logprobs and entropy are those of the same forward over bfloat16 parameters, bit for bit, and
 differ from the float32 gather's under autocast alone (what ranks did before the policy), with
 padded rows and with samples sharing their prompt; a LoRA policy whose reference is itself with
@@ -25,6 +25,9 @@ import torch
 from tests.gloo_ranks import on_gloo_ranks
 from tests.integration.test_old_logprobs_ranks import _batch
 from tests.integration.test_shared_prompts_ranks import _batch as shared_batch
+
+# exact equalities of kernels' results: also checked under other ATEN_CPU_CAPABILITY values and a busy CPU
+pytestmark = pytest.mark.portability
 
 WORLD, ROWS, LENGTH = 2, 4, 10
 
