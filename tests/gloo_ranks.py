@@ -1,7 +1,8 @@
 """Real torch.distributed gloo ranks in subprocesses, without Ray: ``on_gloo_ranks(fn, ...)``
 runs ``fn(rank, tmp, *args) -> dict`` on every rank of one process group and returns each
 rank's dict (JSON, through ``tmp``). Several scenarios belong in one call: a spawn costs
-seconds of imports."""
+seconds of imports. Inside a rank, ``rank_trainer`` builds a trainer rank as a Ray actor does and
+``gathered_parameters`` names what is not a shard."""
 
 from __future__ import annotations
 
@@ -54,3 +55,30 @@ def _rank_main(rank: int, fn, world_size: int, tmp: str, args: tuple, timeout_s:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def rank_trainer(model_dir: str, train, *, algo=None, lora=None, wrap: Callable | None = None):
+    """A DataParallelTrainer of ``model_dir`` on this rank, built as a Ray trainer actor builds it
+    once it joined the group (heron.cluster.trainer_group.build_trainer_rank): torch seeded with the
+    spec's seed, then build_trainer with its RankSpec's ``rank_parallelize`` (``train.parallel``,
+    ``train.precision``, ``train.reshard_after_forward``); ``wrap(parallelize)`` replaces that where
+    a test builds the rank another way."""
+    from heron.cluster.rank_spec import RankSpec, rank_parallelize
+    from heron.config.algo import AlgoConfig
+    from heron.config.model import LoraConfig, ModelConfig
+    from heron.parallel.dp_trainer import DataParallelTrainer
+    from heron.trainer.build import TrainerSpec, build_trainer
+
+    spec = TrainerSpec(model=ModelConfig(path=model_dir, lora=lora or LoraConfig()), train=train,
+                       algo=algo or AlgoConfig(), policy_loss="", total_steps=4, temperature=1.0,
+                       max_response_tokens=8, seed=0, allow_emulated_bf16=True)
+    parallelize = rank_parallelize(RankSpec(spec, dist.get_world_size(), train.parallel, "cpu", 60.0))
+    torch.manual_seed(spec.seed)
+    return build_trainer(spec, parallelize=wrap(parallelize) if wrap else parallelize, trainer_cls=DataParallelTrainer)
+
+
+def gathered_parameters(*models: torch.nn.Module) -> list[str]:
+    """Names of the parameters not held as FSDP2 shards: gathered ones, or all of a whole model's."""
+    from torch.distributed.tensor import DTensor
+
+    return [n for m in models for n, p in m.named_parameters() if not isinstance(p, DTensor)]

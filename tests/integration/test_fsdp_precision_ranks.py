@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.gloo_ranks import on_gloo_ranks
+from tests.gloo_ranks import gathered_parameters, on_gloo_ranks, rank_trainer
 from tests.integration.test_old_logprobs_ranks import _batch
 from tests.integration.test_shared_prompts_ranks import _batch as shared_batch
 
@@ -139,22 +139,13 @@ def _trainer_steps(rank: int, model_dir: str, make_batch=_batch) -> dict:
 
 
 def _rank_build(rank: int, model_dir: str) -> dict:
-    """A trainer rank as a Ray trainer actor builds it (heron.cluster.trainer_group): build_trainer
-    with the RankSpec's parallelize, which carries the spec's train.precision."""
-    from heron.cluster.rank_spec import RankSpec, rank_parallelize
-    from heron.config.algo import AlgoConfig
-    from heron.config.model import ModelConfig
+    """A trainer rank as a Ray trainer actor builds it (tests.gloo_ranks.rank_trainer): its
+    RankSpec's parallelize carries the spec's train.precision."""
     from heron.config.train import TrainConfig
-    from heron.parallel.dp_trainer import DataParallelTrainer
-    from heron.trainer.build import TrainerSpec, build_trainer
 
     gathered = {}
     for precision in ("fp32", "bf16"):
-        spec = TrainerSpec(model=ModelConfig(path=model_dir), train=TrainConfig(precision=precision, micro_batch_size=2),
-                           algo=AlgoConfig(), policy_loss="", total_steps=1, temperature=1.0, max_response_tokens=8,
-                           seed=0, allow_emulated_bf16=True)
-        trainer = build_trainer(spec, parallelize=rank_parallelize(RankSpec(spec, WORLD, "fsdp2", "cpu", 60.0)),
-                                trainer_cls=DataParallelTrainer)
+        trainer = rank_trainer(model_dir, TrainConfig(precision=precision, micro_batch_size=2))
         layer = trainer.model.model.layers[0].mlp.gate_proj
         hook = layer.register_forward_pre_hook(lambda m, _: gathered.setdefault(precision, str(m.weight.dtype)) and None)
         trainer.train(_batch(trainer.model.config.vocab_size, rank))
@@ -166,19 +157,13 @@ def _lora_with_reference(rank: int, model_dir: str) -> dict:
     """A LoRA policy whose KL reference is itself with its adapters off (heron.lora.AdaptersDisabled):
     on-policy the reference forward is the first one, where FSDP2 decides what it reduces in
     float32; peft's disable_adapter turns the adapters' requires_grad off while it lasts."""
-    from heron.cluster.rank_spec import RankSpec, rank_parallelize
     from heron.config.algo import AlgoConfig
-    from heron.config.model import LoraConfig, ModelConfig
+    from heron.config.model import LoraConfig
     from heron.config.train import TrainConfig
-    from heron.parallel.dp_trainer import DataParallelTrainer
-    from heron.trainer.build import TrainerSpec, build_trainer
 
     lora = LoraConfig(enabled=True, rank=4, target_modules=["q_proj", "v_proj"])
-    spec = TrainerSpec(model=ModelConfig(path=model_dir, lora=lora), train=TrainConfig(precision="bf16", micro_batch_size=2),
-                       algo=AlgoConfig(kl_coef=0.1), policy_loss="", total_steps=1, temperature=1.0,
-                       max_response_tokens=8, seed=0, allow_emulated_bf16=True)
-    trainer = build_trainer(spec, parallelize=rank_parallelize(RankSpec(spec, WORLD, "fsdp2", "cpu", 60.0)),
-                            trainer_cls=DataParallelTrainer)
+    trainer = rank_trainer(model_dir, TrainConfig(precision="bf16", micro_batch_size=2), algo=AlgoConfig(kl_coef=0.1),
+                           lora=lora)
     metrics = trainer.train(shared_batch(trainer.model.config.vocab_size, rank))
     state = [t for s in trainer.optimizer.state.values() for t in s.values() if t.dim() > 0]
     return {"kl": metrics["kl"], "trained": sorted({str(p.dtype) for p in trainer.model.parameters() if p.requires_grad}),
@@ -188,8 +173,6 @@ def _lora_with_reference(rank: int, model_dir: str) -> dict:
 def _critic_values(rank: int, model_dir: str) -> dict:
     """A critic rank built as its actor builds it; what its model holds after ``values`` (a
     forward without a backward) and after ``train``."""
-    from torch.distributed.tensor import DTensor
-
     from heron.cluster.rank_spec import RankSpec, rank_parallelize
     from heron.config.critic import CriticConfig
     from heron.config.model import ModelConfig
@@ -209,7 +192,7 @@ def _critic_values(rank: int, model_dir: str) -> dict:
         else:
             batch.returns, batch.old_values = torch.ones_like(batch.loss_mask), torch.zeros_like(batch.loss_mask)
             critic.train(batch)
-        unsharded[operation] = [n for n, p in critic.model.named_parameters() if not isinstance(p, DTensor)]
+        unsharded[operation] = gathered_parameters(critic.model)
     return unsharded
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.gloo_ranks import on_gloo_ranks
-from tests.integration.test_old_logprobs_ranks import _batch
+from tests.gloo_ranks import gathered_parameters, on_gloo_ranks, rank_trainer
+from tests.integration.test_old_logprobs_ranks import _train_counted
 
 # exact equalities of kernels' results: also checked under other ATEN_CPU_CAPABILITY values and a busy CPU
 pytestmark = pytest.mark.portability
@@ -21,41 +21,24 @@ pytestmark = pytest.mark.portability
 WORLD = 2
 
 
-def _trainer(model_dir: str, reshard: bool, precision: str):
-    from heron.cluster.rank_spec import RankSpec, rank_parallelize
-    from heron.config.algo import AlgoConfig
-    from heron.config.model import ModelConfig
-    from heron.config.train import TrainConfig
-    from heron.parallel.dp_trainer import DataParallelTrainer
-    from heron.trainer.build import TrainerSpec, build_trainer
-
-    train = TrainConfig(lr=1e-3, micro_batch_size=2, precision=precision, reshard_after_forward=reshard)
-    spec = TrainerSpec(model=ModelConfig(path=model_dir), train=train, algo=AlgoConfig(), policy_loss="",
-                       total_steps=4, temperature=1.0, max_response_tokens=8, seed=0, allow_emulated_bf16=True)
-    torch.manual_seed(0)
-    return build_trainer(spec, parallelize=rank_parallelize(RankSpec(spec, WORLD, "fsdp2", "cpu", 60.0)),
-                         trainer_cls=DataParallelTrainer)
-
-
 def _scenarios(rank: int, tmp: Path, model_dir: str) -> dict:
     from torch.distributed.tensor import DTensor
+
+    from heron.config.train import TrainConfig
 
     results = {}
     for precision in ("fp32", "bf16"):
         for reshard in (True, False):
-            trainer = _trainer(model_dir, reshard, precision)
+            trainer = rank_trainer(model_dir, TrainConfig(lr=1e-3, micro_batch_size=2, precision=precision,
+                                                          reshard_after_forward=reshard))
             layer = trainer.model.model.layers[0].mlp.gate_proj
             after_forward = []
             hook = trainer.model.register_forward_hook(
                 lambda *_: after_forward.append("sharded" if isinstance(layer.weight, DTensor) else "gathered"))
-            trainer.train(_batch(trainer.model.config.vocab_size, rank))
-            hook.remove()
             name = f"{precision}-{'reshard' if reshard else 'keep'}"
-            weights = trainer.host_weights()
-            if rank == 0:
-                torch.save(weights, tmp / f"{name}.pt")
-            results[name] = {"after_forward": after_forward,
-                             "unsharded_after_step": [n for n, p in trainer.model.named_parameters() if not isinstance(p, DTensor)]}
+            _train_counted(trainer, rank, tmp / f"{name}.pt")  # the weights after the step, from rank 0
+            hook.remove()
+            results[name] = {"after_forward": after_forward, "unsharded_after_step": gathered_parameters(trainer.model)}
     return results
 
 

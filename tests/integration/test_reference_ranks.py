@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.gloo_ranks import on_gloo_ranks
+from tests.gloo_ranks import gathered_parameters, on_gloo_ranks, rank_trainer
 from tests.integration.test_old_logprobs_ranks import _batch
 
 # exact equalities of kernels' results: also checked under other ATEN_CPU_CAPABILITY values and a busy CPU
@@ -27,34 +27,20 @@ WORLD = 2
 
 
 def _trainer(model_dir: str, parallel: str, shard_reference: bool = True):
-    from heron.cluster.rank_spec import RankSpec, rank_parallelize
     from heron.config.algo import AlgoConfig
-    from heron.config.model import ModelConfig
     from heron.config.train import TrainConfig
-    from heron.parallel.dp_trainer import DataParallelTrainer
-    from heron.trainer.build import TrainerSpec, build_trainer
 
-    spec = TrainerSpec(model=ModelConfig(path=model_dir), train=TrainConfig(lr=1e-3, micro_batch_size=2, parallel=parallel),
-                       algo=AlgoConfig(kl_coef=0.5), policy_loss="", total_steps=4, temperature=1.0,
-                       max_response_tokens=8, seed=0)
-    parallelize = rank_parallelize(RankSpec(spec, WORLD, parallel, "cpu", 60.0))
-    if not shard_reference:  # the reference as it was before: a whole copy on every rank
-        def parallelize(model, frozen=False, _parallelize=parallelize):
-            return model if frozen else _parallelize(model)
-    torch.manual_seed(0)
-    return build_trainer(spec, parallelize=parallelize, trainer_cls=DataParallelTrainer)
+    def whole_reference(parallelize):  # the reference as it was before: a whole copy on every rank
+        return lambda model, frozen=False: model if frozen else parallelize(model)
+
+    return rank_trainer(model_dir, TrainConfig(lr=1e-3, micro_batch_size=2, parallel=parallel),
+                        algo=AlgoConfig(kl_coef=0.5), wrap=None if shard_reference else whole_reference)
 
 
 def _numel(model: torch.nn.Module) -> int:
     from torch.distributed.tensor import DTensor
 
     return sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in model.parameters())
-
-
-def _gathered(*models) -> list[str]:
-    from torch.distributed.tensor import DTensor
-
-    return [n for m in models for n, p in m.named_parameters() if not isinstance(p, DTensor)]
 
 
 def _scenarios(rank: int, tmp: Path, model_dir: str) -> dict:
@@ -69,7 +55,8 @@ def _scenarios(rank: int, tmp: Path, model_dir: str) -> dict:
             torch.save(weights, tmp / f"{name}.pt")
         results[name] = {"kl": metrics["kl"], "sequence_kl": kl, "reference_numel": _numel(trainer.reference),
                          "policy_numel": _numel(trainer.model),
-                         "policy_gathered": _gathered(trainer.model), "reference_gathered": _gathered(trainer.reference)}
+                         "policy_gathered": gathered_parameters(trainer.model),
+                         "reference_gathered": gathered_parameters(trainer.reference)}
     return results
 
 
