@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import Callable
@@ -40,6 +41,9 @@ def on_gloo_ranks(fn: Callable[..., dict], world_size: int, tmp: Path, *args, ti
 
 def _rank_main(rank: int, fn, world_size: int, tmp: str, args: tuple, timeout_s: float) -> None:
     prepare_process_groups()  # as heron's ranks do (heron.device): gloo connects pairs on first use
+    # FSDP2 warns when a unit returns a view, which an in-place op would cut off its backward
+    # hook: heron's units return fresh tensors, and a scenario that finds one fails
+    warnings.filterwarnings("error", message="FSDP2-wrapped module")
     dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=timeout_s))
     try:

@@ -37,8 +37,11 @@ class ValueModel(torch.nn.Module):
         hidden = self.backbone(input_ids=inputs, attention_mask=mask, use_cache=False).last_hidden_state
         hidden = hidden[:, : input_ids.shape[1] - 1]  # [B, L-1, H] (a no-op but where L = 1)
         with torch.autocast(hidden.device.type, enabled=False):  # the head is float32 under any autocast
-            # [B, L-1, H] -> [B, L-1]; a copy, not a view: FSDP2 hooks the root's output for the backward
-            return self.value_head(hidden.float()).squeeze(-1).clone()
+            # the head on [B (L-1), H] rows: a 2-D linear returns a fresh tensor, not a view, and
+            # FSDP2 hooks each unit's output for the backward (the head is a unit of its own)
+            values = self.value_head(hidden.float().flatten(0, 1))  # [B (L-1), 1]
+            # [B, L-1]; a copy, not a view, for the same reason (the root's output)
+            return values.view(hidden.shape[:2]).clone()
 
 
 def load_value_model(path: str, dtype: str) -> ValueModel:

@@ -101,12 +101,14 @@ class HeadChunks:
         if keep is None:
             self.output = self._in_chunks(hidden, padded, self.chunk_size)
             return self.output
-        index = keep.reshape(-1).nonzero().squeeze(-1)  # [N] flat positions
+        where = keep.nonzero(as_tuple=True)  # ([N] rows, [N] columns), in row-major order
+        index = where[0] * keep.shape[1] + where[1]  # [N] flat positions
         rows = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index)  # [N, H]
         targets = padded.reshape(-1)[index]  # [N]
         values = self._in_chunks(rows[None], targets[None], self.chunk_size * len(hidden))[0]  # [N, k]
-        out = values.new_zeros(keep.numel(), values.shape[-1]).index_copy(0, index, values)  # [B S, k]
-        self.output = out.view(*keep.shape, -1)  # [B, S, k], S = T or T + 1
+        # [B, S, k], S = T or T + 1: a fresh tensor, not a view of one (FSDP2 hooks the root's
+        # output for the backward and warns on a view)
+        self.output = values.new_zeros(*keep.shape, values.shape[-1]).index_put(where, values)
         return self.output
 
     def _in_chunks(self, hidden: torch.Tensor, targets: torch.Tensor, size: int) -> torch.Tensor:
@@ -127,7 +129,8 @@ class HeadChunks:
         with torch.autocast(hidden.device.type, enabled=False):
             logprobs, entropy = position_logprobs(logits, targets, self.temperature, self.with_entropy,
                                                   self.entropy_grad)
-        return torch.stack([logprobs, entropy], dim=-1) if entropy is not None else logprobs.unsqueeze(-1)
+        # stacked, not unsqueezed: a fresh tensor, as the model's output must be under FSDP2 (above)
+        return torch.stack([logprobs] if entropy is None else [logprobs, entropy], dim=-1)
 
     def results(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(logprobs [B, T], entropy [B, T] or None) from the model's output ``logits``, which must
