@@ -12,7 +12,7 @@ Flow:  Prompt -> (engine) Sample x samples_per_prompt -> Group -> RolloutBatch
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 FinishReason = Literal["stop", "length"]
@@ -131,3 +131,14 @@ class RolloutBatch:
     @property
     def num_samples(self) -> int:
         return sum(len(g.samples) for g in self.groups)
+
+    def to_json(self) -> dict[str, Any]:
+        """The batch as plain JSON data (every field; floats round-trip exactly through
+        ``json``), for a checkpoint to hold a rollout generated ahead (heron.rollout.async_generator)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "RolloutBatch":
+        """The batch ``to_json`` wrote. Raises ``TypeError``/``KeyError`` on other data."""
+        groups = [Group(prompt=Prompt(**g["prompt"]), samples=[Sample(**s) for s in g["samples"]]) for g in data["groups"]]
+        return cls(rollout_id=data["rollout_id"], policy_version=data["policy_version"], groups=groups)

@@ -3,10 +3,12 @@ rollout), what goes into the run state, and resume at start-up. ``RLRun`` holds 
 
 from __future__ import annotations
 
+import json
 import logging
 from functools import partial
 from pathlib import Path
 
+from heron.checkpoint.layout import IN_FLIGHT_FILE
 from heron.checkpoint.reader import Checkpoint
 from heron.checkpoint.resume import (
     restore, select_checkpoint, set_aside_newer, truncate_run_files,
@@ -59,7 +61,8 @@ class Checkpointer:
             self.writer.check()
         if not self.due(rollout_id):
             return False
-        self._writer(components).save(rollout_id, components.checkpoint_source(), partial(self.run_state, rollout_id, components))
+        self._writer(components).save(rollout_id, components.checkpoint_source(), partial(self.run_state, rollout_id, components),
+                                      files=_in_flight_file(components))
         return True
 
     def run_state(self, rollout_id: int, components, shards: SavedShards) -> dict:
@@ -111,3 +114,11 @@ class Checkpointer:
                     log.warning("also, the run stopped on: %s", failure)
                 raise
             log.warning("also, the last checkpoint save failed: %s", e)
+
+
+def _in_flight_file(components) -> dict[str, bytes]:
+    """loop.mode=async: the next rollout, already generated (it waited for nothing more: the push
+    before this save queued behind it), so that a resume trains the same samples
+    (heron.rollout.async_generator); nothing in a sync run."""
+    batch = components.generator.in_flight()
+    return {} if batch is None else {IN_FLIGHT_FILE: json.dumps(batch.to_json(), separators=(",", ":")).encode()}

@@ -4,6 +4,7 @@
         rollout-000012/             committed checkpoint (name = rollout id, zero-padded)
             dcp/                    model + optimizer, torch.distributed.checkpoint format
             state.json              run state (rollout id, sampler, RNGs, scheduler, fingerprints)
+            in_flight_rollout.json  loop.mode=async: the next rollout, already generated
             hf_meta/                model config, generation config, tokenizer (for HF export)
             hf/                     optional HF folder (checkpoint.hf_export)
             manifest.json           written last: every file with its size and checksum
@@ -30,6 +31,7 @@ from heron.atomic_file import fsync_path, fsync_tree, write_file_durably  # noqa
 CHECKPOINT_NAME = re.compile(r"^rollout-(\d{6,})$")
 LATEST = "latest"
 STATE_FILE = "state.json"  # the run-level state (RunState), written last before the manifest
+IN_FLIGHT_FILE = "in_flight_rollout.json"  # loop.mode=async: the next rollout, generated ahead (RolloutBatch)
 
 
 def checkpoint_name(rollout_id: int) -> str:

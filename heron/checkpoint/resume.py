@@ -7,15 +7,17 @@ fit check reads the trainer's tensors, so it runs inside ``Trainer.load_state``
 
 What is restored (and so what the resumed run continues with): model and AdamW state (DCP; and
 the critic's, with algo.advantage=gae),
-LR scheduler, policy version, data sampler (epoch, cursor) and every RNG. The engine then gets
+LR scheduler, policy version, data sampler (epoch, cursor), every RNG and, after an async
+run's save, the rollout it had generated ahead. The engine then gets
 the restored weights through the run's own ``push_weights`` (one push path). Sampling seeds need no
 state: they derive from (run.seed, rollout_id, prompt_id, sample_index) and run.seed must match.
-The run's metrics.jsonl / eval.jsonl keep only rows up to the checkpoint's rollout: later rows
+The run's metrics.jsonl / eval.jsonl / staleness.jsonl keep only rows up to the checkpoint's rollout: later rows
 were produced after the checkpoint and are produced again, identically, by the resumed run.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -24,13 +26,14 @@ from heron.checkpoint.errors import CheckpointError
 from heron.checkpoint.fingerprint import (
     check_config, check_model, check_optimizer, config_fingerprint, model_fingerprint, optimizer_fingerprint,
 )
-from heron.checkpoint.layout import committed, rollout_id_of
+from heron.checkpoint.layout import IN_FLIGHT_FILE, committed, rollout_id_of
 from heron.checkpoint.reader import Checkpoint, find_latest, open_checkpoint
 from heron.checkpoint.rng import restore_rng
 from heron.config.checkpoint import CheckpointConfig
+from heron.records import RolloutBatch
 
 log = logging.getLogger("heron.checkpoint")
-RUN_FILES = ("metrics.jsonl", "eval.jsonl")
+RUN_FILES = ("metrics.jsonl", "eval.jsonl", "staleness.jsonl")
 
 
 def select_checkpoint(cfg: CheckpointConfig, folder: Path) -> Checkpoint | None:
@@ -90,7 +93,23 @@ def restore(checkpoint: Checkpoint, components, run_config: dict) -> int:
     """Loads the checkpoint into the run's components (the trainer checks the fit first);
     returns the first rollout to run."""
     state = checkpoint.run_state()
+    in_flight = _in_flight(checkpoint)  # read before anything is loaded
     components.checkpoint_source().load_state(checkpoint, run_config)  # the trainer (and the critic)
     components.sampler.load_state_dict(state.sampler)
     restore_rng(state.rng)
+    if in_flight is not None and not components.generator.resume_in_flight(in_flight):
+        log.info("%s holds rollout %d as generated ahead by an async run; this run generates it again",
+                 checkpoint.name, in_flight.rollout_id)
     return checkpoint.rollout_id + 1
+
+
+def _in_flight(checkpoint: Checkpoint) -> RolloutBatch | None:
+    """loop.mode=async: the rollout the checkpoint holds as generated ahead, which the generator
+    then returns next (heron.rollout.async_generator); None when it holds none."""
+    path = checkpoint.path / IN_FLIGHT_FILE
+    if not path.is_file():
+        return None
+    try:
+        return RolloutBatch.from_json(json.loads(path.read_text()))
+    except (ValueError, TypeError, KeyError) as e:
+        raise CheckpointError(f"checkpoint {checkpoint.path} is corrupt: {IN_FLIGHT_FILE} is not a rollout ({e})") from None

@@ -7,8 +7,9 @@ One save, step by step (``save``), for a trainer in this process and for Ray ran
    (sync), or starts its own background thread that stages them to host memory and writes them
    (async), and returns its fingerprint and ``TrainerState`` (``heron.checkpoint.shards``: until
    the copy is done, the optimizer's step and a sleep of the trainer wait for it);
-4. the run state is taken (``state.json``'s bytes: the run's position at this save);
-5. in the caller (sync) or a background thread (async): ``state.json`` is written,
+4. the run state is taken (``state.json``'s bytes: the run's position at this save), beside the
+   caller's other small files (an async loop's in-flight rollout);
+5. in the caller (sync) or a background thread (async): ``state.json`` and those files are written,
    ``source.wait_saved()`` collects the shards' checksums, then the manifest is written, the
    folder committed (``layout.commit``) and ``keep_last`` applied.
 Errors of step 5 are kept and raised in the loop by the next ``save``, ``check`` or ``close``
@@ -85,9 +86,11 @@ class CheckpointWriter:
         self.last_committed: Path | None = None
         self.last_stats: dict[str, float] = {}
 
-    def save(self, rollout_id: int, source: ShardSource, run_state: dict | RunStateFn) -> None:
+    def save(self, rollout_id: int, source: ShardSource, run_state: dict | RunStateFn,
+             files: dict[str, bytes] | None = None) -> None:
         """Saves ``source``'s tensors and the run state (JSON-able; or a function of the
-        ``SavedShards``, e.g. to include the trainer's state) as ``rollout-<id>``; see module doc."""
+        ``SavedShards``, e.g. to include the trainer's state) as ``rollout-<id>``, with ``files``
+        (name -> bytes, taken now) beside ``state.json``; see module doc."""
         self.wait()
         start = time.perf_counter()
         temp = temp_folder(self.folder, rollout_id)
@@ -95,18 +98,20 @@ class CheckpointWriter:
             temp.mkdir()
             write_tokenizer(temp / HF_META, self.tokenizer)
             shards = source.save_state(ShardRequest(str(temp.resolve()), self.async_save, self.hf_export))
-            state = _state_file(rollout_id, shards, run_state)  # the run state now; written with the commit
+            # the run state now; written with the commit
+            files = {**(files or {}), STATE_FILE: _state_file(rollout_id, shards, run_state)}
         self.last_stats = {"block_s": time.perf_counter() - start}
         if self._executor is None:
-            self._finish(temp, rollout_id, source, state, start)
+            self._finish(temp, rollout_id, source, files, start)
             self.last_stats["block_s"] = time.perf_counter() - start
         else:
-            job = self._executor.submit(self._finish, temp, rollout_id, source, state, start)
+            job = self._executor.submit(self._finish, temp, rollout_id, source, files, start)
             self._pending = (checkpoint_name(rollout_id), job)
 
-    def _finish(self, temp: Path, rollout_id: int, source: ShardSource, state: bytes, start: float) -> Path:
+    def _finish(self, temp: Path, rollout_id: int, source: ShardSource, files: dict[str, bytes], start: float) -> Path:
         with self._failing_cleanly(temp, rollout_id, AsyncSaveError if self._executor else CheckpointSaveError):
-            write_file_durably(temp / STATE_FILE, state)
+            for name, data in files.items():
+                write_file_durably(temp / name, data)
             return self._commit(temp, rollout_id, source.wait_saved(), start)
 
     def _commit(self, temp: Path, rollout_id: int, checksums: dict, start: float) -> Path:

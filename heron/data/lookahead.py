@@ -5,8 +5,9 @@ while the run still takes them in order. A ``DataSource`` wrapping a ``DataSourc
 the queued prompts instead of drawing new ones, so the prompt stream is exactly the sync one.
 Prompts given back (``add_samples``) go to the wrapped source: they come after the
 reservation already drawn.
-``state_dict`` is the cursor before the oldest reservation: a resume regenerates the
-in-flight rollout instead of skipping its prompts.
+``state_dict`` is the cursor before the oldest reservation: a resume draws the in-flight
+rollout's prompts again instead of skipping them (and the async generator returns the rollout
+the checkpoint saved for them: heron.rollout.async_generator).
 """
 
 from __future__ import annotations

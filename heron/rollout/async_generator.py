@@ -13,17 +13,30 @@ trainer never waits for the engine during ``train``; the push waits for generati
 Staleness of a sample = rollout_id - policy_version (the trainer's version when it trains
 rollout k is k); it is checked against ``loop.max_staleness`` for every sample and written
 per sample to ``<run.dir>/staleness.jsonl``.
+
+Resume: the checkpoint after rollout k holds rollout k+1 as generated (``in_flight``; by then
+the push of v_{k+1} has waited for it, so nothing waits longer), and a run resumed from it
+trains those samples (``resume_in_flight``): the same samples from the same weights v_k,
+one version stale, as the uninterrupted run. Generating k+1 again would sample from the
+restored v_{k+1} instead. The data source's state in that checkpoint is its cursor before
+k+1's prompts (``LookaheadSampler``), so the resumed run draws them again and the generator
+checks they are the saved rollout's; if they are not (a data source that does not restore
+exactly), it generates the rollout again and says so. A checkpoint whose in-flight generation
+failed is saved without it; the error is raised by the next ``generate``, as without a save.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from heron.data.lookahead import LookaheadSampler
 from heron.records import Prompt, RolloutBatch
 from heron.rollout.generator import RolloutGenerator
+
+log = logging.getLogger("heron.rollout")
 
 
 class StalenessError(RuntimeError):
@@ -44,16 +57,38 @@ class AsyncRolloutGenerator:
         self._pending: tuple[int, Future] | None = None
 
     def generate(self, rollout_id: int, prompts: list[Prompt]) -> RolloutBatch:
+        batch = None
         if self._pending is not None and self._pending[0] == rollout_id:
             batch = self._pending[1].result()  # the call inside has its own deadline
-        else:
-            batch = self.inner.generate(rollout_id, prompts)
+            if _prompt_ids(batch) != [p.prompt_id for p in prompts]:
+                log.warning("rollout %d: the data source gives prompts %s, not those of the rollout generated ahead "
+                            "(%s); generating it again", rollout_id, [p.prompt_id for p in prompts], _prompt_ids(batch))
+                batch = None
         self._pending = None
+        if batch is None:
+            batch = self.inner.generate(rollout_id, prompts)
         if rollout_id + 1 < self.num_rollouts:
             next_prompts = self.sampler.reserve(self.batch_size)
             self._pending = (rollout_id + 1, self._pool.submit(self.inner.generate, rollout_id + 1, next_prompts))
         self._check_and_log(batch)
         return batch
+
+    def in_flight(self) -> RolloutBatch | None:
+        """The rollout generating ahead, once done (module docstring, Resume); None when there is
+        none or its generation failed (``generate`` raises that error)."""
+        if self._pending is None:
+            return None
+        try:
+            return self._pending[1].result()
+        except Exception:
+            return None
+
+    def resume_in_flight(self, batch: RolloutBatch) -> bool:
+        """A checkpoint's in-flight rollout becomes the one ``generate(batch.rollout_id)`` returns."""
+        done: Future = Future()
+        done.set_result(batch)
+        self._pending = (batch.rollout_id, done)
+        return True
 
     def _check_and_log(self, batch: RolloutBatch) -> None:
         rows = [
@@ -73,3 +108,7 @@ class AsyncRolloutGenerator:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _prompt_ids(batch: RolloutBatch) -> list[int]:
+    return [g.prompt.prompt_id for g in batch.groups]

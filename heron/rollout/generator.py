@@ -82,5 +82,15 @@ class RolloutGenerator:
             groups.append(Group(prompt=prompt, samples=samples))
         return RolloutBatch(rollout_id=rollout_id, policy_version=self.engine.policy_version, groups=groups)
 
+    def in_flight(self) -> RolloutBatch | None:
+        """The rollout generated ahead of the loop, for a checkpoint to keep: none here (a
+        rollout is generated when the loop asks for it; ``AsyncRolloutGenerator`` has one)."""
+        return None
+
+    def resume_in_flight(self, batch: RolloutBatch) -> bool:
+        """Takes a checkpoint's in-flight rollout as the next one to return; False: this
+        generator does not (a sync run generates that rollout again, with the restored policy)."""
+        return False
+
     def close(self) -> None:
         """Nothing runs in the background here (``AsyncRolloutGenerator`` stops its thread)."""
