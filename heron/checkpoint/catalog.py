@@ -8,6 +8,7 @@ from pathlib import Path
 from heron.checkpoint.errors import CheckpointError
 from heron.checkpoint.layout import committed, leftovers, read_latest
 from heron.checkpoint.reader import open_checkpoint
+from heron.checkpoint.resume import read_in_flight
 
 
 def _mb(num_bytes: int) -> str:
@@ -62,6 +63,11 @@ def inspect_lines(path: str | Path) -> list[str]:
         f"data sampler: {state.get('sampler')}   run seed: {state.get('run_seed')}",
         f"config digest: {state.get('config_digest')} over {', '.join(state.get('config_digest_covers', []))}",
     ]
+    in_flight = read_in_flight(ckpt)
+    if in_flight is not None:
+        versions = sorted({s.policy_version for s in in_flight.samples})
+        lines.append(f"in-flight rollout: {in_flight.rollout_id} ({in_flight.num_samples} samples generated ahead by "
+                     f"policy version {', '.join(map(str, versions))}; a resumed async run trains them)")
     lines += [f"  {k} = {v!r}" for k, v in fingerprint.get("config", {}).items()]
     return lines
 

@@ -93,7 +93,7 @@ def restore(checkpoint: Checkpoint, components, run_config: dict) -> int:
     """Loads the checkpoint into the run's components (the trainer checks the fit first);
     returns the first rollout to run."""
     state = checkpoint.run_state()
-    in_flight = _in_flight(checkpoint)  # read before anything is loaded
+    in_flight = read_in_flight(checkpoint)  # read before anything is loaded
     components.checkpoint_source().load_state(checkpoint, run_config)  # the trainer (and the critic)
     components.sampler.load_state_dict(state.sampler)
     restore_rng(state.rng)
@@ -103,7 +103,7 @@ def restore(checkpoint: Checkpoint, components, run_config: dict) -> int:
     return checkpoint.rollout_id + 1
 
 
-def _in_flight(checkpoint: Checkpoint) -> RolloutBatch | None:
+def read_in_flight(checkpoint: Checkpoint) -> RolloutBatch | None:
     """loop.mode=async: the rollout the checkpoint holds as generated ahead, which the generator
     then returns next (heron.rollout.async_generator); None when it holds none."""
     path = checkpoint.path / IN_FLIGHT_FILE

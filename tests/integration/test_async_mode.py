@@ -54,6 +54,7 @@ def test_an_async_run_resumes_with_the_rollout_it_generated_ahead(ray_session, t
     import shutil
     from pathlib import Path
 
+    from heron.checkpoint.catalog import inspect_lines
     from heron.checkpoint.layout import IN_FLIGHT_FILE
     from tests.run_compare import comparable
 
@@ -62,6 +63,8 @@ def test_an_async_run_resumes_with_the_rollout_it_generated_ahead(ray_session, t
     checkpoints = tmp_path / "straight" / "checkpoints"
     assert [(checkpoints / f"rollout-00000{k}" / IN_FLIGHT_FILE).is_file() for k in range(3)] == [True, True, False]
     first = Path("checkpoints") / "rollout-000000"
+    assert ("in-flight rollout: 1 (4 samples generated ahead by policy version 0; a resumed async run trains them)"
+            in inspect_lines(tmp_path / "straight" / first))
     shutil.copytree(tmp_path / "straight" / first, tmp_path / "resumed" / first)
     # the whole log, as a run killed after rollout 2 left it: the resume drops the rows after rollout 0
     shutil.copy(tmp_path / "straight" / "staleness.jsonl", tmp_path / "resumed" / "staleness.jsonl")
