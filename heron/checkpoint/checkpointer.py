@@ -62,7 +62,7 @@ class Checkpointer:
         if not self.due(rollout_id):
             return False
         self._writer(components).save(rollout_id, components.checkpoint_source(), partial(self.run_state, rollout_id, components),
-                                      files=_in_flight_file(components))
+                                      files=in_flight_file(components.generator))
         return True
 
     def run_state(self, rollout_id: int, components, shards: SavedShards) -> dict:
@@ -116,9 +116,17 @@ class Checkpointer:
             log.warning("also, the last checkpoint save failed: %s", e)
 
 
-def _in_flight_file(components) -> dict[str, bytes]:
+def in_flight_file(generator) -> dict[str, bytes]:
     """loop.mode=async: the next rollout, already generated (it waited for nothing more: the push
     before this save queued behind it), so that a resume trains the same samples
-    (heron.rollout.async_generator); nothing in a sync run."""
-    batch = components.generator.in_flight()
-    return {} if batch is None else {IN_FLIGHT_FILE: json.dumps(batch.to_json(), separators=(",", ":")).encode()}
+    (heron.rollout.async_generator); nothing in a sync run. A rollout that is not JSON (a custom
+    data source's prompt metadata) is left out with a warning rather than failing the save."""
+    batch = generator.in_flight()
+    if batch is None:
+        return {}
+    try:
+        return {IN_FLIGHT_FILE: json.dumps(batch.to_json(), separators=(",", ":"), allow_nan=True).encode()}
+    except (TypeError, ValueError) as e:
+        log.warning("rollout %d, generated ahead, is not saved with this checkpoint (%s); a resume from it generates "
+                    "that rollout again", batch.rollout_id, e)
+        return {}

@@ -14,6 +14,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from heron.checkpoint.checkpointer import in_flight_file
+from heron.checkpoint.layout import IN_FLIGHT_FILE
 from heron.config.data import DataConfig
 from heron.config.rollout import RolloutConfig
 from heron.data.lookahead import LookaheadSampler
@@ -108,3 +110,17 @@ def test_rollout_records_survive_json_exactly():
     prompt = Prompt(7, "1+1=", "2", metadata={"source": "x", "n": [1, 2]}, messages=[{"role": "user", "content": "1+1="}])
     batch = RolloutBatch(rollout_id=3, policy_version=2, groups=[Group(prompt, [sample])])
     assert _round_trip(batch) == batch
+
+
+def test_a_rollout_that_is_not_json_is_left_out_of_the_checkpoint(toy_model_dir, addition_data, tmp_path, caplog):
+    """A custom data source's prompt metadata need not be JSON: the save goes on without the
+    in-flight rollout (a resume generates it again) instead of failing."""
+    _, generator, inner = _generators(toy_model_dir, addition_data["train"], tmp_path, "run")
+    batch = inner.generate(1, [Prompt(0, "1+1=", "2", metadata={"tags": {"a", "b"}})])
+    generator.resume_in_flight(batch)
+    with caplog.at_level(logging.WARNING, logger="heron.checkpoint"):
+        assert in_flight_file(generator) == {}
+    assert "rollout 1, generated ahead, is not saved" in caplog.text
+    generator.resume_in_flight(inner.generate(1, [Prompt(0, "1+1=", "2", metadata={"tags": ["a", "b"]})]))
+    assert RolloutBatch.from_json(json.loads(in_flight_file(generator)[IN_FLIGHT_FILE])) == generator.in_flight()
+    generator.close()
