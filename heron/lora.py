@@ -16,6 +16,7 @@ float32: the float32 delta is added into the bf16 weight and rounded once (tests
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import Callable
 
 import torch
@@ -33,7 +34,10 @@ def apply_lora(model: torch.nn.Module, cfg: LoraConfig) -> torch.nn.Module:
         return model
     from peft import get_peft_model
 
-    return get_peft_model(model, peft_config(cfg))
+    with warnings.catch_warnings():
+        # peft reads transformers' deprecated alias (transformers 5); nothing a user can change
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        return get_peft_model(model, peft_config(cfg))
 
 
 def peft_config(cfg: LoraConfig):

@@ -30,3 +30,14 @@ def test_merged_weights_equal_peft_merge_and_unload(toy_model_dir, dtype):
     assert [k for k in theirs if not torch.equal(ours[k], theirs[k])] == []
     base = load_model(str(toy_model_dir), dtype).state_dict()
     assert sum(not torch.equal(ours[k], base[k]) for k in base) > 0
+
+
+def test_applying_lora_warns_of_nothing_a_user_can_change(toy_model_dir):
+    """peft reads transformers 5's deprecated ``is_gradient_checkpointing``; its FutureWarning
+    named neither heron nor anything in the run's config, so apply_lora silences that one."""
+    import warnings
+
+    model = load_model(str(toy_model_dir), "float32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        apply_lora(model, LoraConfig(enabled=True, rank=4))
