@@ -58,10 +58,10 @@ class ComponentHost:
 
         return SafetensorsFile.write_version(self.component.host_weights(), folder, version).path
 
-    def join_weight_group(self, addr: str, port: int, rank: int, size: int, timeout_s: float) -> None:
+    def join_weight_group(self, addr: str, port: int, rank: int, size: int, timeout_s: float, bucket_bytes: int) -> None:
         from heron.weights import broadcast
 
-        broadcast.join(addr, port, rank, size, timeout_s, device=self.component.device)
+        broadcast.join(addr, port, rank, size, timeout_s, device=self.component.device, bucket_bytes=bucket_bytes)
 
     def send_weights(self, version: int) -> None:
         """Trainer rank 0: broadcasts its host weights to the engines of the group."""

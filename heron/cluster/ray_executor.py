@@ -146,7 +146,8 @@ class RayExecutor:
         members = [sender, *self.engines]
         addr, port = wait_all([(sender, sender.submit_host("rendezvous_address"))], "rendezvous", self.cluster.startup_timeout_s)[0]
         self._build_all(
-            [(m, m.submit_host("join_weight_group", addr, port, i, len(members), self.cluster.collective_timeout_s))
+            [(m, m.submit_host("join_weight_group", addr, port, i, len(members), self.cluster.collective_timeout_s,
+                               self.cluster.weight_bucket_mb << 20))
              for i, m in enumerate(members)],
             "join weight group",
         )

@@ -33,6 +33,10 @@ class ClusterConfig:
         "object_store",
     )
     weight_dir: str = doc("Folder for weight_transport=disk (shared by all nodes); empty = <run.dir>/weights.", "")
+    weight_bucket_mb: int = doc(
+        "weight_transport=broadcast: most MB of weights in one send; trainer rank 0 holds one bucket's copy at a "
+        "time (host and device), not the whole model's (a larger tensor goes alone).", 512,
+    )
     call_timeout_s: float = doc("Deadline of every remote call (generate, train, weight push), in seconds.", 600.0)
     collective_timeout_s: float = doc("Deadline of every torch.distributed collective, in seconds.", 300.0)
     startup_timeout_s: float = doc("Deadline for Ray start, placement group reservation and actor start, in seconds.", 120.0)
@@ -40,6 +44,7 @@ class ClusterConfig:
     def __post_init__(self):
         check(self.num_cpus >= 1, f"cluster.num_cpus must be >= 1, got {self.num_cpus}")
         check(self.num_engines >= 1, f"cluster.num_engines must be >= 1, got {self.num_engines}")
+        check(self.weight_bucket_mb >= 1, f"cluster.weight_bucket_mb must be >= 1, got {self.weight_bucket_mb}")
         check(self.cpus_per_bundle >= 0, f"cluster.cpus_per_bundle must be >= 0 (0 = automatic), got {self.cpus_per_bundle}")
         for key in ("call_timeout_s", "collective_timeout_s", "startup_timeout_s"):
             value = getattr(self, key)

@@ -6,10 +6,16 @@ NCCL on CUDA: ``heron.device.new_process_group``, on the process's component dev
 neither group's collectives can mismatch the other's. The host snapshot rank 0 sends is
 copied to its device for the broadcast; engines receive on theirs.
 
-One push: rank 0 publishes the layout (names, shapes, dtypes) in the store under the
-version's key, then broadcasts one flat buffer per dtype; engines read the layout, receive
-into fresh buffers and split them back into named tensors. Every wait is bounded by the
-group's timeout.
+One push: rank 0 publishes the layout (buckets of names and shapes, one dtype each) in the
+store under the version's key, then broadcasts each bucket as one flat buffer; engines read the
+layout, receive into fresh buffers and split them back into named tensors. Every wait is
+bounded by the group's timeout.
+
+Why buckets (``cluster.weight_bucket_mb``, as verl's ``update_weights_bucket_megabytes``): one
+flat buffer per dtype is a second copy of the whole model on rank 0's host and again on its
+device (7 B parameters in float32: 28 GB each) for the length of the push; a bucket bounds that
+copy to its size (a tensor larger than a bucket goes alone). The engines still assemble the
+whole state dict their ``load_weights`` takes.
 """
 
 from __future__ import annotations
@@ -24,17 +30,19 @@ from heron.device import HOST, new_process_group, to_device
 from heron.weights.handle import unique_storages
 
 DTYPES = {str(d): d for d in (torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64)}
+BUCKET_BYTES = 512 << 20  # cluster.weight_bucket_mb's default
 
 
 _JOINED: list["WeightBroadcastGroup"] = []
 
 
-def join(addr: str, port: int, rank: int, size: int, timeout_s: float, device: torch.device = HOST) -> "WeightBroadcastGroup":
+def join(addr: str, port: int, rank: int, size: int, timeout_s: float, device: torch.device = HOST,
+         bucket_bytes: int = BUCKET_BYTES) -> "WeightBroadcastGroup":
     """Joins this process to the broadcast group (at most one per process: an actor is one
-    trainer rank or one engine)."""
+    trainer rank or one engine); ``bucket_bytes`` bounds rank 0's sends."""
     if _JOINED:
         raise RuntimeError("this process already joined a weight broadcast group")
-    _JOINED.append(WeightBroadcastGroup(addr, port, rank, size, timeout_s, device))
+    _JOINED.append(WeightBroadcastGroup(addr, port, rank, size, timeout_s, device, bucket_bytes))
     return _JOINED[0]
 
 
@@ -49,11 +57,13 @@ def joined_group() -> "WeightBroadcastGroup":
 
 
 class WeightBroadcastGroup:
-    def __init__(self, addr: str, port: int, rank: int, size: int, timeout_s: float, device: torch.device = HOST):
+    def __init__(self, addr: str, port: int, rank: int, size: int, timeout_s: float, device: torch.device = HOST,
+                 bucket_bytes: int = BUCKET_BYTES):
         from heron.cluster.rendezvous import make_store
 
         self.rank = rank
         self.device = device
+        self.bucket_bytes = bucket_bytes
         self.store = make_store(addr, port, rank, size, timeout_s)  # served on rank 0's listener
         self.group = new_process_group(self.store, rank, size, timedelta(seconds=timeout_s), device)
 
@@ -65,24 +75,46 @@ class WeightBroadcastGroup:
     def send(self, state: dict[str, torch.Tensor], version: int) -> None:
         """Rank 0 only. Tied tensors are sent once (the engine accepts either alias)."""
         state = unique_storages(state)
-        names = list(state)
-        layout = [(n, list(state[n].shape), str(state[n].dtype)) for n in names]
+        plan = buckets(state, self.bucket_bytes)
+        layout = [{"dtype": dtype, "tensors": [[n, list(state[n].shape)] for n in names]} for dtype, names in plan]
         self.store.set(f"layout/{version}", json.dumps(layout))
-        for dtype in sorted({d for _, _, d in layout}):
-            flat = torch.cat([state[n].detach().reshape(-1) for n, _, d in layout if d == dtype])  # [sum of numels]
+        for _, names in plan:
+            flat = torch.cat([state[n].detach().reshape(-1) for n in names])  # [the bucket's numel]
             self._broadcast(to_device(flat, self.device))
+            del flat  # one bucket's copy alive at a time
 
     def receive(self, version: int) -> dict[str, torch.Tensor]:
         """Engines: the state rank 0 sends for ``version``."""
-        layout = json.loads(self.store.get(f"layout/{version}"))
         state = {}
-        for dtype in sorted({d for _, _, d in layout}):
-            entries = [(n, shape) for n, shape, d in layout if d == dtype]
-            flat = torch.empty(sum(_numel(s) for _, s in entries), dtype=DTYPES[dtype], device=self.device)  # [sum of numels]
+        for bucket in json.loads(self.store.get(f"layout/{version}")):
+            sizes = [_numel(shape) for _, shape in bucket["tensors"]]
+            flat = torch.empty(sum(sizes), dtype=DTYPES[bucket["dtype"]], device=self.device)  # [the bucket's numel]
             self._broadcast(flat)
-            for (name, shape), part in zip(entries, flat.split([_numel(s) for _, s in entries])):
+            for (name, shape), part in zip(bucket["tensors"], flat.split(sizes)):
                 state[name] = part.view(shape)
         return state
+
+
+def buckets(state: dict[str, torch.Tensor], limit_bytes: int) -> list[tuple[str, list[str]]]:
+    """``state``'s names in sends of one dtype and at most ``limit_bytes`` each, in the order of
+    the dtypes' names, then of ``state``; a tensor larger than the limit is a send of its own.
+    -> [(dtype name, [tensor names])]."""
+    plan: list[tuple[str, list[str]]] = []
+    for dtype in sorted({str(t.dtype) for t in state.values()}):
+        names: list[str] = []
+        size = 0
+        for name, tensor in state.items():
+            if str(tensor.dtype) != dtype:
+                continue
+            nbytes = tensor.numel() * tensor.element_size()
+            if names and size + nbytes > limit_bytes:
+                plan.append((dtype, names))
+                names, size = [], 0
+            names.append(name)
+            size += nbytes
+        if names:
+            plan.append((dtype, names))
+    return plan
 
 
 def _numel(shape: list[int]) -> int:
