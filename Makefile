@@ -76,7 +76,7 @@ soak: $(STAMP)
 
 # VS_TRL_FLAGS=--no-venv skips the TRL side when .venv-trl is missing (CI); the default creates it (~2 min).
 bench: $(STAMP)
-	for b in bench/engine.py bench/decode_batches.py bench/old_logprobs.py bench/shared_prompts.py bench/answer_head.py bench/packing.py bench/row_padding.py bench/last_position.py bench/logprob_memory.py bench/precision.py bench/attention_kernel.py bench/optimizer.py bench/activation_checkpointing.py bench/residency.py bench/reward_calls.py bench/checkpoint.py bench/async_save_threads.py bench/async.py bench/overlap_local.py bench/colocated_ray.py bench/throughput.py bench/zero_advantage.py bench/rank_balance.py bench/fsdp_precision.py bench/fsdp_reshard.py bench/compile.py; do $(BIN)/python $$b || exit 1; done
+	for b in bench/engine.py bench/decode_batches.py bench/old_logprobs.py bench/shared_prompts.py bench/answer_head.py bench/packing.py bench/row_padding.py bench/last_position.py bench/logprob_memory.py bench/precision.py bench/attention_kernel.py bench/optimizer.py bench/activation_checkpointing.py bench/residency.py bench/reward_calls.py bench/checkpoint.py bench/async_save_threads.py bench/async.py bench/overlap_local.py bench/colocated_ray.py bench/throughput.py bench/zero_advantage.py bench/rank_balance.py bench/fsdp_precision.py bench/fsdp_reshard.py bench/compile.py bench/vllm_push.py; do $(BIN)/python $$b || exit 1; done
 	$(BIN)/python bench/vs_trl.py $(VS_TRL_FLAGS)
 	$(BIN)/python bench/vs_trl.py $(VS_TRL_FLAGS) --instruction
 	$(BIN)/python bench/vs_trl.py $(VS_TRL_FLAGS) --models 3M,25M --precision bf16 --compile

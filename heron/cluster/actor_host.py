@@ -59,6 +59,8 @@ class ComponentHost:
         return SafetensorsFile.write_version(self.component.host_weights(), folder, version).path
 
     def join_weight_group(self, addr: str, port: int, rank: int, size: int, timeout_s: float, bucket_bytes: int) -> None:
+        """Trainer rank 0 joins the weight broadcast group as its sender (the engines join through
+        their own ``join_weight_group``: a server's worker may join instead of the actor)."""
         from heron.weights import broadcast
 
         broadcast.join(addr, port, rank, size, timeout_s, device=self.component.device, bucket_bytes=bucket_bytes)

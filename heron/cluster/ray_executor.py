@@ -143,14 +143,12 @@ class RayExecutor:
     def _join_weight_group(self, sender: ActorRef) -> None:
         """Trainer rank 0 (rank 0) and the engines (1..E) form the broadcast group. Needs the
         engines: ``engine()`` runs before ``trainer()``."""
-        members = [sender, *self.engines]
+        size, timeout_s, bucket_bytes = len(self.engines) + 1, self.cluster.collective_timeout_s, self.cluster.weight_bucket_mb << 20
         addr, port = wait_all([(sender, sender.submit_host("rendezvous_address"))], "rendezvous", self.cluster.startup_timeout_s)[0]
-        self._build_all(
-            [(m, m.submit_host("join_weight_group", addr, port, i, len(members), self.cluster.collective_timeout_s,
-                               self.cluster.weight_bucket_mb << 20))
-             for i, m in enumerate(members)],
-            "join weight group",
-        )
+        joins = [(sender, sender.submit_host("join_weight_group", addr, port, 0, size, timeout_s, bucket_bytes))]
+        joins += [(e, e.submit("join_weight_group", addr, port, i, size, timeout_s, bucket_bytes))
+                  for i, e in enumerate(self.engines, start=1)]  # the engine's own (a server's worker may join)
+        self._build_all(joins, "join weight group")
 
     def start_profiles(self, cfg: ProfileConfig) -> None:
         """Every actor starts its own torch.profiler (``ComponentHost.start_profile``)."""

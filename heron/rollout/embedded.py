@@ -277,6 +277,14 @@ class EmbeddedEngine(Resident):
         self._policy_version = handle.version
 
     @host_only
+    def join_weight_group(self, addr: str, port: int, rank: int, size: int, timeout_s: float, bucket_bytes: int) -> None:
+        """``cluster.weight_transport=broadcast``: this process joins the group as ``rank`` and
+        receives each push on the engine's device (``heron.weights.broadcast``)."""
+        from heron.weights import broadcast
+
+        broadcast.join(addr, port, rank, size, timeout_s, device=self.device, bucket_bytes=bucket_bytes)
+
+    @host_only
     def served_versions(self) -> dict[str, int]:
         return {"engine": self._policy_version}
 

@@ -21,6 +21,14 @@ Contract every backend keeps:
 - ``served_versions()`` says which version each engine behind this endpoint serves (one entry
   for an in-process engine, one per actor or server otherwise); the run checks them after a push.
 - ``holdings()`` declares what the engine holds on its device, for the residency layer.
+
+Only with ``cluster.weight_transport=broadcast`` (engine actors on Ray), an engine also needs
+``join_weight_group(addr, port, rank, size, timeout_s, bucket_bytes)``: it becomes member
+``rank`` of the group trainer rank 0 sends on (``heron.weights.broadcast``), and its
+``load_weights`` then receives the pushes whose handle says ``by_broadcast``. ``EmbeddedEngine``
+joins in its own process; ``ServerEngine`` lets its server's worker join where the adapter can
+(vLLM), so each bucket goes straight into the served model. It is not part of the protocol: an
+engine without it runs with every other transport.
 """
 
 from __future__ import annotations

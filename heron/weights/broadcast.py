@@ -21,7 +21,9 @@ whole state dict their ``load_weights`` takes.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -34,6 +36,22 @@ BUCKET_BYTES = 512 << 20  # cluster.weight_bucket_mb's default
 
 
 _JOINED: list["WeightBroadcastGroup"] = []
+
+
+@dataclass(frozen=True)
+class Broadcast:
+    """A ``WeightSource``: weights that trainer rank 0 is broadcasting to the engines' group
+    (``heron.weights.transport.BroadcastTransport`` makes it). An engine whose server's worker
+    receives them itself (``ServerEngine.join_weight_group``) never calls ``tensors``."""
+
+    sender: list = field(default_factory=list, repr=False)  # [(ActorRef, ObjectRef)] of rank 0's send
+    by_broadcast: ClassVar[bool] = True
+
+    def tensors(self, version: int) -> dict[str, torch.Tensor]:
+        return joined_group().receive(version)
+
+    def pending(self) -> list[Any]:
+        return list(self.sender)
 
 
 def join(addr: str, port: int, rank: int, size: int, timeout_s: float, device: torch.device = HOST,

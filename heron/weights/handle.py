@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import torch
 
@@ -35,6 +35,12 @@ class WeightSource(Protocol):
 
     def pending(self) -> list[Any]:
         """Sender work to wait for while receivers load: ``(ActorRef, ObjectRef)`` pairs."""
+        ...
+
+    @property
+    def by_broadcast(self) -> bool:
+        """True when the tensors arrive over the weight broadcast group: an engine whose server's
+        worker is a member lets the worker receive them instead of calling ``tensors``."""
         ...
 
 
@@ -58,6 +64,10 @@ class WeightHandle:
     def pending(self) -> list[Any]:
         return self.source.pending()
 
+    @property
+    def by_broadcast(self) -> bool:
+        return self.source.by_broadcast
+
     def write_safetensors(self, folder: str | Path) -> Path:
         """Writes the weights as ``folder/model.safetensors`` (for engines that load files)."""
         return write_safetensors(self.tensors(), Path(folder) / "model.safetensors", {"version": str(self.version)})
@@ -68,6 +78,7 @@ class InMemory:
     """Tensors already in this process (a local trainer's host snapshot)."""
 
     state: dict[str, torch.Tensor] = field(repr=False)
+    by_broadcast: ClassVar[bool] = False
 
     def tensors(self, version: int) -> dict[str, torch.Tensor]:
         return self.state
@@ -81,6 +92,7 @@ class SafetensorsFile:
     """A safetensors file written by ``write_safetensors`` (disk transport)."""
 
     path: str
+    by_broadcast: ClassVar[bool] = False
 
     @classmethod
     def write_version(cls, state: dict[str, torch.Tensor], folder: str | Path, version: int) -> "SafetensorsFile":

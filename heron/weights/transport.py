@@ -16,12 +16,13 @@ end of ``train`` (so a push never wakes a rank):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import ray
 import torch
 
+from heron.weights.broadcast import Broadcast
 from heron.weights.handle import SafetensorsFile, WeightHandle
 from heron.weights.wire import from_wire
 
@@ -34,27 +35,13 @@ class ObjectStore:
     """Weights in Ray's object store (numpy arrays, ``heron.weights.wire``)."""
 
     ref: Any  # ray.ObjectRef of the wire-format state dict
+    by_broadcast: ClassVar[bool] = False
 
     def tensors(self, version: int) -> dict[str, torch.Tensor]:
         return from_wire(ray.get(self.ref))
 
     def pending(self) -> list[Any]:
         return []
-
-
-@dataclass(frozen=True)
-class Broadcast:
-    """Weights that trainer rank 0 is broadcasting to the engines' group."""
-
-    sender: list = field(default_factory=list, repr=False)  # [(ActorRef, ObjectRef)] of rank 0's send
-
-    def tensors(self, version: int) -> dict[str, torch.Tensor]:
-        from heron.weights.broadcast import joined_group
-
-        return joined_group().receive(version)
-
-    def pending(self) -> list[Any]:
-        return list(self.sender)
 
 
 class WeightTransport(Protocol):

@@ -8,6 +8,7 @@ tolerance is derived in tests/engines/tolerance.py."""
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from heron.residency.state import State
 from heron.residency.wiring import attach
 from heron.rollout import EmbeddedEngine, RolloutEngine
 from heron.rollout.sampling import top_p_filter
+from heron.weights.broadcast import buckets
 from heron.weights.handle import InMemory, SafetensorsFile, WeightHandle
 from tests.engines.tolerance import logprob_tolerance
 
@@ -163,3 +165,63 @@ def test_a_push_that_does_not_fit_changes_nothing(vllm_engine, toy_model_dir):
         vllm_engine.load_weights(_handle(bad, version + 1))
     assert vllm_engine.policy_version == version
     assert [g.tokens for g in vllm_engine.generate(greedy)] == [b.tokens for b in before]
+
+
+def test_a_broadcast_push_loads_in_the_servers_worker_bucket_by_bucket(vllm_engine, reference, toy_model_dir, config):
+    """cluster.weight_transport=broadcast: this process sends as trainer rank 0 would, the server's
+    worker joins the group and reloads each 64 KB bucket as it arrives (no file, no copy in the
+    engine's process); the outputs are the embedded engine's for the same weights. A push that
+    does not fit is received and dropped: the sender completes, nothing changes."""
+    from heron.cluster.rendezvous import open_listener
+    from heron.weights.broadcast import WeightBroadcastGroup
+
+    address = open_listener()
+    joining = threading.Thread(target=vllm_engine.join_weight_group, args=(*address, 1, 2, 120.0, 0))
+    joining.start()
+    sender = WeightBroadcastGroup(*address, 0, 2, 120.0, bucket_bytes=64 << 10)
+    joining.join()
+    original = load_file(str(toy_model_dir / "model.safetensors"))
+    greedy = [GenerationRequest(p, SamplingParams(max_new_tokens=12, greedy=True)) for p in [*PROMPTS, LONG_PROMPT]]
+    before = vllm_engine.generate(greedy)
+    g = torch.Generator().manual_seed(3)
+    pushed = {k: (v + 0.05 * torch.randn(v.shape, generator=g)).contiguous() for k, v in original.items()}
+    try:
+        assert len(buckets(pushed, 64 << 10)) > 3
+        _broadcast_push(vllm_engine, sender, pushed, 7)
+        reference.load_weights(_handle(pushed, 7))
+        assert vllm_engine.policy_version == 7
+        ours, expected = vllm_engine.generate(greedy), reference.generate(greedy)
+        assert all(gen.policy_version == 7 for gen in ours)
+        for prompt, gen, ref_gen in zip([*PROMPTS, LONG_PROMPT], ours, expected):
+            _assert_same_greedy(gen, ref_gen, reference.model, prompt, config)
+        assert [g_.tokens for g_ in ours] != [b.tokens for b in before]
+
+        bad = dict(pushed, **{"model.norm.weight": torch.zeros(3)})
+        with pytest.raises(ValueError, match="shape mismatch for 'model.norm.weight'"):
+            _broadcast_push(vllm_engine, sender, bad, 8)
+        assert vllm_engine.policy_version == 7
+        assert [g_.tokens for g_ in vllm_engine.generate(greedy)] == [g_.tokens for g_ in ours]
+    finally:
+        vllm_engine.load_weights(_handle(original, 0))  # through a file: the module's engine as it was
+    assert [g_.tokens for g_ in vllm_engine.generate(greedy)] == [b.tokens for b in before]
+
+
+def _broadcast_push(engine, sender, state: dict[str, torch.Tensor], version: int) -> None:
+    """Rank 0's send on a thread while the engine loads; the send must complete either way."""
+    from heron.weights.broadcast import Broadcast
+
+    errors = []
+    sending = threading.Thread(target=lambda: _capture(errors, sender.send, state, version))
+    sending.start()
+    try:
+        engine.load_weights(WeightHandle(version, Broadcast()))
+    finally:
+        sending.join(timeout=120)
+        assert not sending.is_alive() and not errors, errors
+
+
+def _capture(errors: list, fn, *args) -> None:
+    try:
+        fn(*args)
+    except Exception as error:  # noqa: BLE001 - reported by the caller
+        errors.append(repr(error))

@@ -113,7 +113,8 @@ def test_rl_run_learns_and_resumes_after_its_server_is_killed(vllm_venv, tmp_pat
     assert all(r["memory/engine_device_bytes"] == 0 for r in rows)  # heron holds none of the server's memory
 
 
-def test_ray_engine_actors_each_run_a_vllm_server_and_share_the_requests(vllm_venv, toy_model_dir, tmp_path):
+@pytest.mark.parametrize("transport", ["object_store", "broadcast"])
+def test_ray_engine_actors_each_run_a_vllm_server_and_share_the_requests(vllm_venv, toy_model_dir, tmp_path, transport):
     import ray
 
     data = tmp_path / "train.jsonl"
@@ -125,6 +126,7 @@ def test_ray_engine_actors_each_run_a_vllm_server_and_share_the_requests(vllm_ve
         toy_model_dir, run_dir, f"data.path={data}", "rollout.num_rollouts=2", "rollout.batch_size=4",
         "rollout.samples_per_prompt=2", "rollout.max_new_tokens=4", "train.micro_batch_size=8", "eval.interval=0",
         "cluster.backend=ray", "cluster.num_cpus=2", "cluster.num_engines=2", "cluster.cpus_per_bundle=0.5",
+        f"cluster.weight_transport={transport}", "cluster.weight_bucket_mb=1",
     ))
     ray.shutdown()
     try:
@@ -137,6 +139,10 @@ def test_ray_engine_actors_each_run_a_vllm_server_and_share_the_requests(vllm_ve
         assert f"=== heron: starting vLLM server '{name}'" in log
         assert log.count('"POST /v1/completions HTTP/1.1" 200') == 2 * 4 * 2 // 2  # half of each rollout's 8 requests
         assert log.count('"POST /collective_rpc HTTP/1.1" 200') >= 2  # the pushes reached both servers
+        # broadcast: each server's worker received both pushes itself, in buckets of at most 1 MB
+        received = [line for line in log.splitlines() if "received by broadcast" in line]
+        assert len(received) == (2 if transport == "broadcast" else 0), received
+        assert all(line.endswith("buckets, loaded") for line in received)
 
 
 def test_a_sigkilled_heron_takes_its_vllm_process_tree_with_it(vllm_venv, toy_model_dir, tmp_path):

@@ -13,6 +13,7 @@ adapter supplies only what differs between frameworks:
 | ``completion(request)`` | ``/v1/completions`` body, token ids in and out | ``/generate`` with ``input_ids`` and ``sampling_params`` |
 | ``parse(...)`` | ``choices[0].token_ids`` and ``logprobs`` | ``output_ids`` and ``meta_info.output_token_logprobs`` |
 | ``push_weights`` | ``/collective_rpc`` -> worker extension reload, prefix-cache reset | ``/update_weights_from_disk`` (it versions too) |
+| ``join_weight_group``, ``broadcast_layout``, ``receive_weights`` | the worker joins heron's broadcast group and reloads each bucket as it arrives | ``/init_weights_update_group``, ``/update_weights_from_distributed`` |
 | ``served_version`` | worker extension's version | ``/get_model_info`` weight version |
 | ``sleep`` / ``wake`` | ``/sleep?level=`` and ``/wake_up?tags=`` (CUDA only) | ``/release_memory_occupation`` / ``/resume_memory_occupation`` |
 
@@ -60,6 +61,21 @@ class ServerAdapter(Protocol):
 
     def push_weights(self, client: ServerClient, weights_file: Path, version: int) -> None:
         """Loads ``weights_file`` (safetensors, HF names) in place and tags it ``version``."""
+        ...
+
+    def join_weight_group(self, client: ServerClient, addr: str, port: int, rank: int, size: int, timeout_s: float) -> bool:
+        """Makes the server's worker member ``rank`` of heron's weight broadcast group
+        (``heron.weights.broadcast``, whose store serves on ``addr:port``); False when this server
+        cannot receive pushes itself (the engine's own process then joins and receives)."""
+        ...
+
+    def broadcast_layout(self, client: ServerClient, version: int) -> list[dict[str, Any]]:
+        """The layout rank 0 published for push ``version``: [{"dtype", "tensors": [[name, shape]]}]."""
+        ...
+
+    def receive_weights(self, client: ServerClient, version: int, renames: dict[str, str], load: bool) -> None:
+        """Receives push ``version`` in the worker: loads it in place under ``renames`` (sent name ->
+        checkpoint name, "" to skip) and tags it ``version``; ``load=False`` receives and drops it."""
         ...
 
     def served_version(self, client: ServerClient) -> int:

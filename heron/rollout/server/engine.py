@@ -12,6 +12,11 @@ server's API (vLLM: ``heron.rollout.vllm``). What the engine guarantees:
   against the served model's layout (``ValueError`` before anything changes), written as one
   versioned safetensors file (atomic) and loaded in place by the server; then the server must
   report ``handle.version`` (``WeightVersionError`` if not).
+  With ``cluster.weight_transport=broadcast`` the server's worker joins the broadcast group
+  itself where its adapter can (``join_weight_group``; vLLM): the layout rank 0 publishes is
+  checked the same way first, then the worker loads each bucket as it arrives, with no file and
+  no copy in this process (a layout that does not fit is received and dropped, so the sender
+  completes, and ``ValueError`` is raised).
 - ``policy_version`` asks the server, so a stale or restarted server cannot pass the run's check.
 - ``close`` stops the server's whole process group (also via atexit, SIGTERM and the launcher's
   stdin watchdog: ``heron.rollout.server.process``).
@@ -71,6 +76,7 @@ class ServerEngine(Resident):
         self.client: ServerClient | None = None
         self.startup_s: float | None = None
         self._version = 0
+        self._worker_receives = False  # the server's worker is a member of the weight broadcast group
         self._lock = threading.Lock()  # one generate or push at a time (a push must not race decoding)
         self._pool = ThreadPoolExecutor(max_workers=max_concurrent_requests, thread_name_prefix=f"{name}-http")
 
@@ -168,10 +174,25 @@ class ServerEngine(Resident):
             raise failed.exception()
         return [f.result() for f in futures]
 
+    @host_only
+    def join_weight_group(self, addr: str, port: int, rank: int, size: int, timeout_s: float, bucket_bytes: int) -> None:
+        """Joins the weight broadcast group as ``rank`` (blocks until every member joined): the
+        server's worker joins where the adapter can, else this process (``heron.weights.broadcast``),
+        which then receives each push and writes it for the server like any other."""
+        from heron.weights import broadcast
+
+        if self.adapter.join_weight_group(self._live_client("join the weight group"), addr, port, rank, size, timeout_s):
+            self._worker_receives = True
+            return
+        broadcast.join(addr, port, rank, size, timeout_s, device=self._device, bucket_bytes=bucket_bytes)
+
     @needs_device
     def load_weights(self, handle: WeightHandle) -> None:
         """Pushes the handle's weights (HF names) to the server in place; afterwards the server
         serves ``handle.version`` or this raises. Checks the layout before anything changes."""
+        if self._worker_receives and handle.by_broadcast:
+            self._receive_in_worker(handle.version)
+            return
         tensors = self.layout.to_push(handle.tensors())
         with self._lock:
             client = self._live_client("load_weights")
@@ -179,6 +200,22 @@ class ServerEngine(Resident):
             self.adapter.push_weights(client, Path(weight_file.path), handle.version)
             self._check_served(handle.version)
             self._version = handle.version
+
+    def _receive_in_worker(self, version: int) -> None:
+        """A broadcast push received by the server's worker: its layout checked here first."""
+        with self._lock:
+            client = self._live_client("load_weights")
+            layout = self.adapter.broadcast_layout(client, version)
+            shapes = {name: tuple(shape) for bucket in layout for name, shape in bucket["tensors"]}
+            try:
+                renames = self.layout.targets(shapes)
+            except ValueError:
+                self.adapter.receive_weights(client, version, {}, load=False)  # the sender completes
+                raise
+            self._version = -1  # a load that fails part-way leaves no version to stamp samples with
+            self.adapter.receive_weights(client, version, renames, load=True)
+            self._check_served(version)
+            self._version = version
 
     @host_only
     def served_versions(self) -> dict[str, int]:

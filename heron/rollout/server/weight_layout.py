@@ -47,19 +47,27 @@ class WeightLayout:
     def to_push(self, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The tensors to write for ``state``, under checkpoint names, one per tensor. Raises
         ``ValueError`` (naming the key) on an unknown key, a wrong shape or a missing tensor."""
-        out: dict[str, torch.Tensor] = {}
-        for name, tensor in state.items():
+        targets = self.targets({name: tuple(tensor.shape) for name, tensor in state.items()})
+        return {target: state[name] for name, target in targets.items() if target}
+
+    def targets(self, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, str]:
+        """Each sent name -> the checkpoint name it loads as ("" for an alias whose checkpoint
+        name is sent too: the checkpoint's own name wins), for a push of tensors of ``shapes``.
+        Raises ``ValueError`` (naming the key) on an unknown key, a wrong shape or a missing tensor."""
+        chosen: dict[str, str] = {}  # checkpoint name -> the sent name that loads it
+        for name, shape in shapes.items():
             target = self.aliases.get(name, name)
             if target not in self.shapes:
                 raise ValueError(f"load_weights: unknown key {name!r} (not in the served model's checkpoint)")
-            if tuple(tensor.shape) != self.shapes[target]:
+            if tuple(shape) != self.shapes[target]:
                 raise ValueError(
-                    f"load_weights: shape mismatch for {name!r}: got {tuple(tensor.shape)}, "
+                    f"load_weights: shape mismatch for {name!r}: got {tuple(shape)}, "
                     f"the served model has {self.shapes[target]}"
                 )
-            if target not in out or name == target:  # the checkpoint's own name wins over an alias
-                out[target] = tensor
-        missing = sorted(set(self.shapes) - set(out))
+            if target not in chosen or name == target:
+                chosen[target] = name
+        missing = sorted(set(self.shapes) - set(chosen))
         if missing:
             raise ValueError(f"load_weights: missing key {missing[0]!r} ({len(missing)} missing)")
-        return out
+        loads = {name: target for target, name in chosen.items()}
+        return {name: loads.get(name, "") for name in shapes}

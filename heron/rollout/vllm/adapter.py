@@ -18,6 +18,7 @@ around weight updates). UNTESTED: heron's test machines have no GPU.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +54,38 @@ class VLLMAdapter:
     def push_weights(self, client: ServerClient, weights_file: Path, version: int) -> None:
         _rpc(client, "heron_reload", during="load_weights", path=str(weights_file))
         self.last_weights = weights_file
+        self._after_reload(client, version)
+
+    def _after_reload(self, client: ServerClient, version: int) -> None:
+        """Drops KV blocks of the old weights, then tags the new ones (a server that reports
+        ``version`` has its weights and no stale cache)."""
         reset = client.post("/reset_prefix_cache", during="load_weights (prefix-cache reset)")
         if not (reset or {}).get("success", False):
             raise EngineServerError(f"vLLM could not reset its prefix cache after a weight push: {reset!r}")
         _rpc(client, "heron_set_version", during="load_weights", version=str(version))
+
+    def join_weight_group(self, client: ServerClient, addr: str, port: int, rank: int, size: int, timeout_s: float) -> bool:
+        """The worker joins heron's weight broadcast group as ``rank`` (heron_join_weight_group).
+        Not at ``sleep_level=2``: its wake reloads the last pushed weights from their file, and a
+        push received in the worker leaves none (the engine's process receives instead)."""
+        if self.settings.sleep_level == 2:
+            return False
+        _rpc(client, "heron_join_weight_group", during="joining the weight broadcast group", addr=addr,
+             port=str(port), rank=str(rank), size=str(size), timeout_s=str(timeout_s))
+        return True
+
+    def broadcast_layout(self, client: ServerClient, version: int) -> list[dict[str, Any]]:
+        """The buckets rank 0 publishes for push ``version`` (heron.weights.broadcast's layout)."""
+        [layout] = _rpc(client, "heron_weight_layout", during="load_weights (broadcast layout)", version=str(version))
+        return layout
+
+    def receive_weights(self, client: ServerClient, version: int, renames: dict[str, str], load: bool) -> None:
+        """Receives push ``version`` in the worker, loading it in place bucket by bucket (or, with
+        ``load=False``, receiving and dropping it), then resets the prefix cache and tags it."""
+        _rpc(client, "heron_receive_weights", during="load_weights (broadcast)", version=str(version),
+             renames=json.dumps(renames), load="1" if load else "0")
+        if load:
+            self._after_reload(client, version)
 
     def served_version(self, client: ServerClient) -> int:
         versions = {int(v) for v in _rpc(client, "heron_version", during="policy_version")}
