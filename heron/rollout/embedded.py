@@ -34,6 +34,7 @@ from heron.rollout.kv_cache import join_caches, joinable, preallocated_cache
 from heron.rollout.lean_decoder import LeanDecoder, unsupported_reason
 from heron.rollout.request_checks import validate_request
 from heron.rollout.sampling import select_tokens
+from heron.weights.broadcast import PushStream, joined_group
 from heron.weights.handle import WeightHandle
 
 DECODERS = ("auto", "lean", "hf")
@@ -272,7 +273,11 @@ class EmbeddedEngine(Resident):
         """Copies the handle's tensors into the model's in place (same objects, so references
         held elsewhere stay valid). Keys are the model's ``state_dict`` names; of tied parameters
         (e.g. ``lm_head.weight`` = ``model.embed_tokens.weight``) either name suffices. Checks
-        everything before changing anything."""
+        everything before changing anything. A broadcast push is copied in bucket by bucket as it
+        arrives (its layout checked first), so the engine holds one bucket beside its model."""
+        if handle.by_broadcast:
+            self._stream_in(joined_group().stream(handle.version), handle.version)
+            return
         self._copy_in(handle.tensors())
         self._policy_version = handle.version
 
@@ -280,9 +285,9 @@ class EmbeddedEngine(Resident):
     def join_weight_group(self, addr: str, port: int, rank: int, size: int, timeout_s: float, bucket_bytes: int) -> None:
         """``cluster.weight_transport=broadcast``: this process joins the group as ``rank`` and
         receives each push on the engine's device (``heron.weights.broadcast``)."""
-        from heron.weights import broadcast
+        from heron.weights.broadcast import join
 
-        broadcast.join(addr, port, rank, size, timeout_s, device=self.device, bucket_bytes=bucket_bytes)
+        join(addr, port, rank, size, timeout_s, device=self.device, bucket_bytes=bucket_bytes)
 
     @host_only
     def served_versions(self) -> dict[str, int]:
@@ -304,21 +309,42 @@ class EmbeddedEngine(Resident):
         """Nothing to stop: the model lives in this process."""
 
     def _copy_in(self, state: Mapping[str, torch.Tensor]) -> None:
-        targets = self._named_tensors()
-        for name, tensor in state.items():
-            if name not in targets:
-                raise ValueError(f"load_weights: unknown key {name!r} (not in the model's state_dict)")
-            if tuple(tensor.shape) != tuple(targets[name].shape):
-                raise ValueError(
-                    f"load_weights: shape mismatch for {name!r}: got {tuple(tensor.shape)}, "
-                    f"model has {tuple(targets[name].shape)}"
-                )
-        for names in self._parameter_aliases():
-            if not any(n in state for n in names):
-                raise ValueError(f"load_weights: missing key {names[0]!r}")
+        targets = self._fitting_targets({name: tuple(tensor.shape) for name, tensor in state.items()})
         with torch.no_grad():
             for name, tensor in state.items():
                 targets[name].copy_(tensor)
+
+    def _stream_in(self, stream: PushStream, version: int) -> None:
+        """A push received bucket by bucket: checked on its layout, then each bucket copied in as
+        it arrives. Every bucket is received even when a copy fails, so the sender completes; a
+        push that fails part-way leaves version -1 (the run's version check then fails)."""
+        try:
+            targets = self._fitting_targets(stream.shapes)
+            self._policy_version = -1
+            with torch.no_grad():
+                for part in stream:
+                    for name, tensor in part.items():
+                        targets[name].copy_(tensor)
+            self._policy_version = version
+        finally:
+            stream.drain()
+
+    def _fitting_targets(self, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
+        """The live tensors by name, once ``shapes`` (a push's) fit the model: ValueError naming
+        an unknown key, a wrong shape or a missing one."""
+        targets = self._named_tensors()
+        for name, shape in shapes.items():
+            if name not in targets:
+                raise ValueError(f"load_weights: unknown key {name!r} (not in the model's state_dict)")
+            if tuple(shape) != tuple(targets[name].shape):
+                raise ValueError(
+                    f"load_weights: shape mismatch for {name!r}: got {tuple(shape)}, "
+                    f"model has {tuple(targets[name].shape)}"
+                )
+        for names in self._parameter_aliases():
+            if not any(n in shapes for n in names):
+                raise ValueError(f"load_weights: missing key {names[0]!r}")
+        return targets
 
     def _named_tensors(self) -> dict[str, torch.Tensor]:
         """Every name of the model's state_dict (tied aliases included) -> its live tensor."""

@@ -14,8 +14,9 @@ bounded by the group's timeout.
 Why buckets (``cluster.weight_bucket_mb``, as verl's ``update_weights_bucket_megabytes``): one
 flat buffer per dtype is a second copy of the whole model on rank 0's host and again on its
 device (7 B parameters in float32: 28 GB each) for the length of the push; a bucket bounds that
-copy to its size (a tensor larger than a bucket goes alone). The engines still assemble the
-whole state dict their ``load_weights`` takes.
+copy to its size (a tensor larger than a bucket goes alone). Receivers take the push bucket by
+bucket too (``PushStream``): an embedded engine copies each bucket into its model as it arrives,
+and a vLLM server's worker, a member of its own (``ServerEngine.join_weight_group``), reloads it.
 """
 
 from __future__ import annotations
@@ -102,15 +103,52 @@ class WeightBroadcastGroup:
             del flat  # one bucket's copy alive at a time
 
     def receive(self, version: int) -> dict[str, torch.Tensor]:
-        """Engines: the state rank 0 sends for ``version``."""
+        """Engines: the state rank 0 sends for ``version``, whole."""
         state = {}
-        for bucket in json.loads(self.store.get(f"layout/{version}")):
-            sizes = [_numel(shape) for _, shape in bucket["tensors"]]
-            flat = torch.empty(sum(sizes), dtype=DTYPES[bucket["dtype"]], device=self.device)  # [the bucket's numel]
-            self._broadcast(flat)
-            for (name, shape), part in zip(bucket["tensors"], flat.split(sizes)):
-                state[name] = part.view(shape)
+        for part in self.stream(version):
+            state.update(part)
         return state
+
+    def stream(self, version: int) -> "PushStream":
+        """Engines: push ``version`` bucket by bucket, its layout readable before any arrives."""
+        return PushStream(self, json.loads(self.store.get(f"layout/{version}")))
+
+
+class PushStream:
+    """One push as it arrives: ``shapes`` (every tensor's, from the published layout) before
+    anything is received; iterating receives one bucket at a time ({name: tensor} views of one
+    flat buffer on the group's device), so only the bucket being used is held; ``drain`` receives
+    whatever is left (a receiver that stops part-way must, or rank 0's send waits on it)."""
+
+    def __init__(self, group: WeightBroadcastGroup, layout: list[dict]):
+        self.group = group
+        self.layout = layout
+        self.next_bucket = 0
+        self.failed = False  # a receive raised: the group is broken, drain stops
+
+    @property
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {name: tuple(shape) for bucket in self.layout for name, shape in bucket["tensors"]}
+
+    def __iter__(self):
+        while self.next_bucket < len(self.layout):
+            yield self._receive()
+
+    def drain(self) -> None:
+        while not self.failed and self.next_bucket < len(self.layout):
+            self._receive()
+
+    def _receive(self) -> dict[str, torch.Tensor]:
+        bucket = self.layout[self.next_bucket]
+        self.next_bucket += 1
+        sizes = [_numel(shape) for _, shape in bucket["tensors"]]
+        flat = torch.empty(sum(sizes), dtype=DTYPES[bucket["dtype"]], device=self.group.device)  # [the bucket's numel]
+        try:
+            self.group._broadcast(flat)
+        except Exception:
+            self.failed = True
+            raise
+        return {name: part.view(shape) for (name, shape), part in zip(bucket["tensors"], flat.split(sizes))}
 
 
 def buckets(state: dict[str, torch.Tensor], limit_bytes: int) -> list[tuple[str, list[str]]]:
