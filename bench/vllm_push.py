@@ -1,9 +1,11 @@
-"""A weight push into a real vLLM server: through a file against by broadcast into its worker,
-side by side in one run (``cluster.weight_transport=broadcast`` with ``engine.kind=vllm``).
+"""A weight push into a real vLLM server, three ways side by side in one run (``engine.kind=vllm``).
 
-- file: what every other transport ends in. The engine's process holds the state (as an engine
-  actor does once the object store, the disk or, before, a broadcast brought it), writes it as one
+- file: the object store's way (and, before, every transport's). The engine's process holds the
+  state (as an engine actor does once Ray's object store brought it), writes it as one
   safetensors file (fsynced) and the worker reloads that file in place.
+- disk (``cluster.weight_transport=disk``): the worker reloads the file the trainer wrote (written
+  here before the clock starts, as rank 0 writes it in a run, whichever way the engine loads it);
+  before, the engine read that file and wrote the copy of the first way.
 - broadcast: this process sends as trainer rank 0 does (``heron.weights.broadcast``, buckets of
   ``--bucket-mb``) and the server's worker, a member of the group, reloads each bucket as it
   arrives (``heron_vllm_worker.heron_receive_weights``): no file, no copy in the engine's process.
@@ -14,11 +16,11 @@ copies the next and the sends pipeline. In one 512 MB bucket nothing overlaps (t
 send and the reload run one after another): measured 1.32x the file's time on this model (2-core
 AMD EPYC, 2026-12-07), against 0.72x in 16 MB buckets and 1.06x in 64 MB ones (two buckets).
 
-The file side leaves out how the state reached the engine's process, so the ratio understates
-what the worker's receive saves a run. Each push is ``ServerEngine.load_weights`` end to end (the
+The file side leaves out how the state reached the engine's process, so the ratios understate
+what the worker's receive and the disk transport's file save a run. Each push is ``ServerEngine.load_weights`` end to end (the
 layout check, the reload, the prefix-cache reset, the version check); pushes alternate, each
-side's figure is its median. The last line: ``vllm_push: broadcast_vs_file=<broadcast s / file
-s>`` (< 1: the broadcast is faster). Needs the vLLM venv (``make vllm-venv``); without it the bench
+side's figure is its median. The last lines: ``vllm_push: disk_vs_file=<disk s / file s>`` and
+``vllm_push: broadcast_vs_file=<broadcast s / file s>`` (< 1: faster than the file). Needs the vLLM venv (``make vllm-venv``); without it the bench
 prints one line saying so.
 
     .venv/bin/python bench/vllm_push.py [--model 25M] [--rounds 5] [--bucket-mb 16]
@@ -79,7 +81,7 @@ def main() -> None:
         return
     from heron.cluster.rendezvous import open_listener
     from heron.weights.broadcast import WeightBroadcastGroup
-    from heron.weights.handle import InMemory, WeightHandle
+    from heron.weights.handle import InMemory, SafetensorsFile, WeightHandle
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = toy_model(args.model, MODELS[args.model], Path(tmp))
@@ -94,15 +96,19 @@ def main() -> None:
 
             state = load_file(str(Path(model_dir) / "model.safetensors"))
             nbytes = sum(t.numel() * t.element_size() for t in state.values())
-            times = {"file": [], "broadcast": []}
+            times = {"file": [], "disk": [], "broadcast": []}
             version = 0
-            for round_ in range(args.rounds + 1):  # round 0 warms both paths up
-                for side in ("file", "broadcast") if round_ % 2 else ("broadcast", "file"):
+            for round_ in range(args.rounds + 1):  # round 0 warms every path up
+                for side in list(times) if round_ % 2 else list(times)[::-1]:
                     version += 1
                     state = {k: v.add(1e-3) for k, v in state.items()}  # new weights every push
+                    if side == "disk":  # the trainer's write, outside the engine's push
+                        handle = WeightHandle(version, SafetensorsFile.write_version(state, Path(tmp) / "transport", version))
                     start = time.perf_counter()
                     if side == "file":
                         engine.load_weights(WeightHandle(version, InMemory(state)))
+                    elif side == "disk":
+                        engine.load_weights(handle)
                     else:
                         _broadcast_push(engine, sender, state, version)
                     assert engine.policy_version == version
@@ -110,11 +116,12 @@ def main() -> None:
                         times[side].append(time.perf_counter() - start)
         finally:
             engine.close()
-    file_s, broadcast_s = (statistics.median(times[k]) for k in ("file", "broadcast"))
+    median = {side: statistics.median(ts) for side, ts in times.items()}
     print(f"{args.model}: {nbytes / 1e6:.0f} MB of weights, {args.bucket_mb} MB buckets, {torch.get_num_threads()} threads")
-    print(f"file      {file_s:.3f} s  ({', '.join(f'{t:.3f}' for t in times['file'])})")
-    print(f"broadcast {broadcast_s:.3f} s  ({', '.join(f'{t:.3f}' for t in times['broadcast'])})")
-    print(f"vllm_push: broadcast_vs_file={broadcast_s / file_s:.2f}  [{args.model}]")
+    for side, ts in times.items():
+        print(f"{side:9s} {median[side]:.3f} s  ({', '.join(f'{t:.3f}' for t in ts)})")
+    print(f"vllm_push: disk_vs_file={median['disk'] / median['file']:.2f}  [{args.model}]")
+    print(f"vllm_push: broadcast_vs_file={median['broadcast'] / median['file']:.2f}  [{args.model}, {args.bucket_mb} MB buckets]")
 
 
 if __name__ == "__main__":

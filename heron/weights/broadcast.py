@@ -47,6 +47,7 @@ class Broadcast:
 
     sender: list = field(default_factory=list, repr=False)  # [(ActorRef, ObjectRef)] of rank 0's send
     by_broadcast: ClassVar[bool] = True
+    file: ClassVar[str | None] = None
 
     def tensors(self, version: int) -> dict[str, torch.Tensor]:
         return joined_group().receive(version)

@@ -43,6 +43,12 @@ class WeightSource(Protocol):
         worker is a member lets the worker receive them instead of calling ``tensors``."""
         ...
 
+    @property
+    def file(self) -> str | None:
+        """A safetensors file already holding exactly these tensors (the disk transport's), for
+        an engine whose server loads files to read in place of a copy; None for other sources."""
+        ...
+
 
 @dataclass(frozen=True)
 class WeightHandle:
@@ -68,6 +74,10 @@ class WeightHandle:
     def by_broadcast(self) -> bool:
         return self.source.by_broadcast
 
+    @property
+    def file(self) -> str | None:
+        return self.source.file
+
     def write_safetensors(self, folder: str | Path) -> Path:
         """Writes the weights as ``folder/model.safetensors`` (for engines that load files)."""
         return write_safetensors(self.tensors(), Path(folder) / "model.safetensors", {"version": str(self.version)})
@@ -79,6 +89,7 @@ class InMemory:
 
     state: dict[str, torch.Tensor] = field(repr=False)
     by_broadcast: ClassVar[bool] = False
+    file: ClassVar[str | None] = None
 
     def tensors(self, version: int) -> dict[str, torch.Tensor]:
         return self.state
@@ -93,6 +104,10 @@ class SafetensorsFile:
 
     path: str
     by_broadcast: ClassVar[bool] = False
+
+    @property
+    def file(self) -> str:
+        return self.path
 
     @classmethod
     def write_version(cls, state: dict[str, torch.Tensor], folder: str | Path, version: int) -> "SafetensorsFile":

@@ -36,6 +36,7 @@ class ObjectStore:
 
     ref: Any  # ray.ObjectRef of the wire-format state dict
     by_broadcast: ClassVar[bool] = False
+    file: ClassVar[str | None] = None
 
     def tensors(self, version: int) -> dict[str, torch.Tensor]:
         return from_wire(ray.get(self.ref))

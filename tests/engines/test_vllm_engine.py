@@ -225,3 +225,39 @@ def _capture(errors: list, fn, *args) -> None:
         fn(*args)
     except Exception as error:  # noqa: BLE001 - reported by the caller
         errors.append(repr(error))
+
+
+def test_a_disk_push_is_loaded_from_the_transports_own_file(vllm_engine, reference, toy_model_dir, config, tmp_path):
+    """cluster.weight_transport=disk: the server reloads the file the trainer wrote (no second
+    copy read and written by the engine) when it fits under the checkpoint's names; a file that
+    needs a rename (the tied head's alias) goes through the engine's own copy; a misfit changes
+    nothing."""
+    prompts = [*PROMPTS, LONG_PROMPT]
+    greedy = [GenerationRequest(p, SamplingParams(max_new_tokens=12, greedy=True)) for p in prompts]
+    original = load_file(str(toy_model_dir / "model.safetensors"))
+    g = torch.Generator().manual_seed(5)
+    pushed = {k: (v + 0.05 * torch.randn(v.shape, generator=g)).contiguous() for k, v in original.items()}
+    transport = tmp_path / "transport"
+    own_copies = lambda: sorted(p.name for p in vllm_engine.weight_dir.glob("*.safetensors"))  # noqa: E731
+    try:
+        before = own_copies()
+        handle = WeightHandle(5, SafetensorsFile.write_version(pushed, transport, 5))
+        vllm_engine.load_weights(handle)
+        reference.load_weights(handle)
+        assert vllm_engine.policy_version == 5 and own_copies() == before  # the transport's file, read in place
+        expected = reference.generate(greedy)
+        for prompt, gen, ref_gen in zip(prompts, vllm_engine.generate(greedy), expected):
+            _assert_same_greedy(gen, ref_gen, reference.model, prompt, config)
+
+        aliased = {("lm_head.weight" if k == "model.embed_tokens.weight" else k): v for k, v in pushed.items()}
+        vllm_engine.load_weights(WeightHandle(6, SafetensorsFile.write_version(aliased, transport, 6)))
+        assert vllm_engine.policy_version == 6 and "weights-v000006.safetensors" in own_copies()  # renamed in a copy
+        for prompt, gen, ref_gen in zip(prompts, vllm_engine.generate(greedy), expected):
+            _assert_same_greedy(gen, ref_gen, reference.model, prompt, config)
+
+        bad = dict(pushed, **{"model.norm.weight": torch.zeros(3)})
+        with pytest.raises(ValueError, match="shape mismatch for 'model.norm.weight'"):
+            vllm_engine.load_weights(WeightHandle(7, SafetensorsFile.write_version(bad, transport, 7)))
+        assert vllm_engine.policy_version == 6
+    finally:
+        vllm_engine.load_weights(_handle(original, 0))

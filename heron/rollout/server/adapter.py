@@ -63,6 +63,11 @@ class ServerAdapter(Protocol):
         """Loads ``weights_file`` (safetensors, HF names) in place and tags it ``version``."""
         ...
 
+    def rereads_pushed_files(self) -> bool:
+        """True when the server may read a pushed file again after its push (vLLM's wake at sleep
+        level 2): the engine then pushes only files it owns, never the disk transport's own."""
+        ...
+
     def join_weight_group(self, client: ServerClient, addr: str, port: int, rank: int, size: int, timeout_s: float) -> bool:
         """Makes the server's worker member ``rank`` of heron's weight broadcast group
         (``heron.weights.broadcast``, whose store serves on ``addr:port``); False when this server

@@ -17,6 +17,9 @@ server's API (vLLM: ``heron.rollout.vllm``). What the engine guarantees:
   checked the same way first, then the worker loads each bucket as it arrives, with no file and
   no copy in this process (a layout that does not fit is received and dropped, so the sender
   completes, and ``ValueError`` is raised).
+  With ``cluster.weight_transport=disk`` the server loads the transport's own file where it can
+  (``handle.file``: its header fits the layout under the checkpoint's names, and the server
+  never rereads pushed files), so no second copy is read and written.
 - ``policy_version`` asks the server, so a stale or restarted server cannot pass the run's check.
 - ``close`` stops the server's whole process group (also via atexit, SIGTERM and the launcher's
   stdin watchdog: ``heron.rollout.server.process``).
@@ -46,7 +49,7 @@ from heron.rollout.server.errors import ServerStartError
 from heron.rollout.server.http import ServerClient
 from heron.rollout.server.process import ServerProcess, free_port, log_tail
 from heron.rollout.server.sleep_backend import ServerSideMemory
-from heron.rollout.server.weight_layout import WeightLayout
+from heron.rollout.server.weight_layout import WeightLayout, file_shapes
 from heron.weights.handle import SafetensorsFile, WeightHandle
 from heron.weights.version import WeightVersionError
 
@@ -193,13 +196,29 @@ class ServerEngine(Resident):
         if self._worker_receives and handle.by_broadcast:
             self._receive_in_worker(handle.version)
             return
+        if handle.file is not None and self._loads_in_place(handle.file):
+            with self._lock:
+                self._push_file(Path(handle.file), handle.version)
+            return
         tensors = self.layout.to_push(handle.tensors())
         with self._lock:
-            client = self._live_client("load_weights")
+            self._live_client("load_weights")  # a dead server fails before the file is written
             weight_file = SafetensorsFile.write_version(tensors, self.weight_dir, handle.version)
-            self.adapter.push_weights(client, Path(weight_file.path), handle.version)
-            self._check_served(handle.version)
-            self._version = handle.version
+            self._push_file(Path(weight_file.path), handle.version)
+
+    def _loads_in_place(self, path: str) -> bool:
+        """Whether the server can load the transport's own file ``path`` (disk transport) instead
+        of a copy: its header fits the served layout under the checkpoint's own names (an alias
+        needs the copy, which renames it) and the server never rereads pushed files. A file that
+        does not fit raises ``ValueError`` here, before anything changes."""
+        targets = self.layout.targets(file_shapes(path))
+        return all(name == target for name, target in targets.items()) and not self.adapter.rereads_pushed_files()
+
+    def _push_file(self, path: Path, version: int) -> None:
+        """The server loads ``path`` in place and must then serve ``version`` (caller holds the lock)."""
+        self.adapter.push_weights(self._live_client("load_weights"), path, version)
+        self._check_served(version)
+        self._version = version
 
     def _receive_in_worker(self, version: int) -> None:
         """A broadcast push received by the server's worker: its layout checked here first."""

@@ -27,17 +27,13 @@ class WeightLayout:
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> WeightLayout:
-        from safetensors import safe_open
-
         folder = Path(folder)
         files = sorted(folder.glob("*.safetensors"))
         if not files:
             raise ValueError(f"{folder}: no *.safetensors file; a server engine needs safetensors weights")
         shapes: dict[str, tuple[int, ...]] = {}
         for path in files:
-            with safe_open(str(path), framework="pt") as f:
-                for name in f.keys():
-                    shapes[name] = tuple(f.get_slice(name).get_shape())
+            shapes.update(file_shapes(path))
         config = json.loads((folder / "config.json").read_text())
         aliases = {}
         if config.get("tie_word_embeddings", False):
@@ -71,3 +67,11 @@ class WeightLayout:
             raise ValueError(f"load_weights: missing key {missing[0]!r} ({len(missing)} missing)")
         loads = {name: target for target, name in chosen.items()}
         return {name: loads.get(name, "") for name in shapes}
+
+
+def file_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
+    """Each tensor's shape in the safetensors file ``path``, from its header (no data is read)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}

@@ -64,11 +64,15 @@ class VLLMAdapter:
             raise EngineServerError(f"vLLM could not reset its prefix cache after a weight push: {reset!r}")
         _rpc(client, "heron_set_version", during="load_weights", version=str(version))
 
+    def rereads_pushed_files(self) -> bool:
+        """At ``sleep_level=2`` a wake reloads the last pushed weights from their file, so every
+        push must leave a file the engine keeps (no broadcast into the worker, no trainer's file)."""
+        return self.settings.sleep_level == 2
+
     def join_weight_group(self, client: ServerClient, addr: str, port: int, rank: int, size: int, timeout_s: float) -> bool:
-        """The worker joins heron's weight broadcast group as ``rank`` (heron_join_weight_group).
-        Not at ``sleep_level=2``: its wake reloads the last pushed weights from their file, and a
-        push received in the worker leaves none (the engine's process receives instead)."""
-        if self.settings.sleep_level == 2:
+        """The worker joins heron's weight broadcast group as ``rank`` (heron_join_weight_group);
+        not where the server rereads pushed files (the engine's process receives instead)."""
+        if self.rereads_pushed_files():
             return False
         _rpc(client, "heron_join_weight_group", during="joining the weight broadcast group", addr=addr,
              port=str(port), rank=str(rank), size=str(size), timeout_s=str(timeout_s))
