@@ -3,6 +3,8 @@
 - file: the object store's way (and, before, every transport's). The engine's process holds the
   state (as an engine actor does once Ray's object store brought it), writes it as one
   safetensors file (fsynced) and the worker reloads that file in place.
+- file, fsynced: the same as the engine wrote it before this stop, its copy fsynced (the copy is
+  written here through the same calls, then the server reloads it); ``file_vs_fsynced``.
 - disk (``cluster.weight_transport=disk``): the worker reloads the file the trainer wrote (written
   here before the clock starts, as rank 0 writes it in a run, whichever way the engine loads it);
   before, the engine read that file and wrote the copy of the first way.
@@ -12,14 +14,21 @@
 
 Buckets: ``--bucket-mb`` defaults to 16, so the 25 M model's 101 MB go in 7 buckets, as a 7 B
 model's 14 GB go in 28 of the run default's 512 MB: the worker reloads one bucket while rank 0
-copies the next and the sends pipeline. In one 512 MB bucket nothing overlaps (the copy, the
-send and the reload run one after another): measured 1.32x the file's time on this model (2-core
-AMD EPYC, 2026-12-07), against 0.72x in 16 MB buckets and 1.06x in 64 MB ones (two buckets).
+copies the next. In one 512 MB bucket nothing overlaps (rank 0's copy, the send and the reload
+run one after another).
+
+Measured on the 2-core AMD EPYC (2026-12-08, 7 rounds): file 0.161 s, fsynced 0.210 (file 0.77x),
+disk 0.107 (0.66x the file), broadcast 0.190 (1.18x the file, 0.90x the fsynced copy; 1.59x in
+one 512 MB bucket, another run). On one CPU node an unsynced file in the page cache is the
+fastest way from process to process; gloo's loopback TCP is not. What the broadcast into the
+worker buys is elsewhere: no shared filesystem between nodes, one bucket of memory beside the
+model instead of the whole push, and NCCL between GPUs (untested here).
 
 The file side leaves out how the state reached the engine's process, so the ratios understate
 what the worker's receive and the disk transport's file save a run. Each push is ``ServerEngine.load_weights`` end to end (the
 layout check, the reload, the prefix-cache reset, the version check); pushes alternate, each
-side's figure is its median. The last lines: ``vllm_push: disk_vs_file=<disk s / file s>`` and
+side's figure is its median. The last lines: ``vllm_push: file_vs_fsynced=<file s / fsynced s>``,
+``vllm_push: disk_vs_file=<disk s / file s>`` and
 ``vllm_push: broadcast_vs_file=<broadcast s / file s>`` (< 1: faster than the file). Needs the vLLM venv (``make vllm-venv``); without it the bench
 prints one line saying so.
 
@@ -96,7 +105,7 @@ def main() -> None:
 
             state = load_file(str(Path(model_dir) / "model.safetensors"))
             nbytes = sum(t.numel() * t.element_size() for t in state.values())
-            times = {"file": [], "disk": [], "broadcast": []}
+            times = {"file": [], "fsynced": [], "disk": [], "broadcast": []}
             version = 0
             for round_ in range(args.rounds + 1):  # round 0 warms every path up
                 for side in list(times) if round_ % 2 else list(times)[::-1]:
@@ -109,6 +118,9 @@ def main() -> None:
                         engine.load_weights(WeightHandle(version, InMemory(state)))
                     elif side == "disk":
                         engine.load_weights(handle)
+                    elif side == "fsynced":  # the engine's copy as before: fsynced, then reloaded from
+                        copy = SafetensorsFile.write_version(engine.layout.to_push(state), engine.weight_dir, version)
+                        engine.load_weights(WeightHandle(version, copy))
                     else:
                         _broadcast_push(engine, sender, state, version)
                     assert engine.policy_version == version
@@ -120,6 +132,7 @@ def main() -> None:
     print(f"{args.model}: {nbytes / 1e6:.0f} MB of weights, {args.bucket_mb} MB buckets, {torch.get_num_threads()} threads")
     for side, ts in times.items():
         print(f"{side:9s} {median[side]:.3f} s  ({', '.join(f'{t:.3f}' for t in ts)})")
+    print(f"vllm_push: file_vs_fsynced={median['file'] / median['fsynced']:.2f}  [{args.model}]")
     print(f"vllm_push: disk_vs_file={median['disk'] / median['file']:.2f}  [{args.model}]")
     print(f"vllm_push: broadcast_vs_file={median['broadcast'] / median['file']:.2f}  [{args.model}, {args.bucket_mb} MB buckets]")
 

@@ -110,10 +110,12 @@ class SafetensorsFile:
         return self.path
 
     @classmethod
-    def write_version(cls, state: dict[str, torch.Tensor], folder: str | Path, version: int) -> "SafetensorsFile":
-        """Writes ``folder/weights-v<version>.safetensors`` atomically, then removes older versions."""
+    def write_version(cls, state: dict[str, torch.Tensor], folder: str | Path, version: int,
+                      durable: bool = True) -> "SafetensorsFile":
+        """Writes ``folder/weights-v<version>.safetensors`` atomically, then removes older versions
+        (``durable``: ``write_safetensors``'s)."""
         final = Path(folder) / f"weights-v{version:06d}.safetensors"
-        write_safetensors(state, final, {"version": str(version)})
+        write_safetensors(state, final, {"version": str(version)}, durable=durable)
         for old in Path(folder).glob("weights-v*.safetensors"):
             if old != final:
                 old.unlink(missing_ok=True)
@@ -141,14 +143,19 @@ def unique_storages(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return unique
 
 
-def write_safetensors(state: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> Path:
-    """Writes ``state`` (tied tensors once) to ``path`` atomically: tmp file, fsync, rename."""
+def write_safetensors(state: dict[str, torch.Tensor], path: Path, metadata: dict[str, str],
+                      durable: bool = True) -> Path:
+    """Writes ``state`` (tied tensors once) to ``path`` atomically: tmp file, fsync, rename.
+    ``durable=False`` skips the fsync, for a file another process reads at once and nothing needs
+    after a crash (a server engine's own copy of a push: the resumed run pushes again); it
+    tripled the time of writing 100 MB here (0.086 against 0.026 s)."""
     from safetensors.torch import save_file
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     save_file({k: v.contiguous() for k, v in unique_storages(state).items()}, str(tmp), metadata=metadata)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
+    if durable:
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
     os.replace(tmp, path)
     return path

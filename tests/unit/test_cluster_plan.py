@@ -58,6 +58,25 @@ def test_wire_round_trip_keeps_values_and_dtypes(tmp_path):
     assert torch.equal(WeightHandle(2, second).tensors()["a"], state["a"])
 
 
+def test_only_durable_weight_files_are_fsynced(tmp_path, monkeypatch):
+    """A server engine's own copy of a push is written without fsync (durable=False); the disk
+    transport's file, which other nodes read, with it. Both atomically (no tmp file left)."""
+    import os
+
+    from heron.weights import handle
+
+    synced = []
+    fsync = os.fsync
+    monkeypatch.setattr(handle.os, "fsync", lambda fd: (synced.append(fd), fsync(fd)))
+    state = {"a": torch.randn(3, 2)}
+    transient = SafetensorsFile.write_version(state, tmp_path / "engine", 1, durable=False)
+    assert synced == [] and torch.equal(transient.tensors(1)["a"], state["a"])
+    SafetensorsFile.write_version(state, tmp_path / "disk", 1)
+    assert len(synced) == 1
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["disk", "engine", "weights-v000001.safetensors",
+                                                          "weights-v000001.safetensors"]
+
+
 def test_version_mismatch_names_the_engine():
     check_served_versions({"engine-0": 3, "engine-1": 3}, 3)
     with pytest.raises(WeightVersionError, match="engine-1 serves policy version 2 but the trainer pushed version 3"):

@@ -10,7 +10,7 @@ server's API (vLLM: ``heron.rollout.vllm``). What the engine guarantees:
   call within one request deadline.
 - ``load_weights(handle)``: the handle's tensors (whatever transport brought them) are checked
   against the served model's layout (``ValueError`` before anything changes), written as one
-  versioned safetensors file (atomic) and loaded in place by the server; then the server must
+  versioned safetensors file (atomic; not fsynced: nothing reads it after a crash) and loaded in place by the server; then the server must
   report ``handle.version`` (``WeightVersionError`` if not).
   With ``cluster.weight_transport=broadcast`` the server's worker joins the broadcast group
   itself where its adapter can (``join_weight_group``; vLLM): the layout rank 0 publishes is
@@ -203,7 +203,8 @@ class ServerEngine(Resident):
         tensors = self.layout.to_push(handle.tensors())
         with self._lock:
             self._live_client("load_weights")  # a dead server fails before the file is written
-            weight_file = SafetensorsFile.write_version(tensors, self.weight_dir, handle.version)
+            # not fsynced: the server reads it at once, and after a crash the resumed run pushes again
+            weight_file = SafetensorsFile.write_version(tensors, self.weight_dir, handle.version, durable=False)
             self._push_file(Path(weight_file.path), handle.version)
 
     def _loads_in_place(self, path: str) -> bool:
