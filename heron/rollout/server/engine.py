@@ -10,8 +10,9 @@ server's API (vLLM: ``heron.rollout.vllm``). What the engine guarantees:
   call within one request deadline.
 - ``load_weights(handle)``: the handle's tensors (whatever transport brought them) are checked
   against the served model's layout (``ValueError`` before anything changes), written as one
-  versioned safetensors file (atomic; not fsynced: nothing reads it after a crash) and loaded in place by the server; then the server must
-  report ``handle.version`` (``WeightVersionError`` if not).
+  versioned safetensors file (atomic; not fsynced: nothing reads it after a crash) and loaded in
+  place by the server; then the server must report ``handle.version`` (``WeightVersionError``
+  if not).
   With ``cluster.weight_transport=broadcast`` the server's worker joins the broadcast group
   itself where its adapter can (``join_weight_group``; vLLM): the layout rank 0 publishes is
   checked the same way first, then the worker loads each bucket as it arrives, with no file and
