@@ -22,6 +22,7 @@ and a vLLM server's worker, a member of its own (``ServerEngine.join_weight_grou
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -129,7 +130,7 @@ class PushStream:
 
     @property
     def shapes(self) -> dict[str, tuple[int, ...]]:
-        return {name: tuple(shape) for bucket in self.layout for name, shape in bucket["tensors"]}
+        return layout_shapes(self.layout)
 
     def __iter__(self):
         while self.next_bucket < len(self.layout):
@@ -142,7 +143,7 @@ class PushStream:
     def _receive(self) -> dict[str, torch.Tensor]:
         bucket = self.layout[self.next_bucket]
         self.next_bucket += 1
-        sizes = [_numel(shape) for _, shape in bucket["tensors"]]
+        sizes = [math.prod(shape) for _, shape in bucket["tensors"]]
         flat = torch.empty(sum(sizes), dtype=DTYPES[bucket["dtype"]], device=self.group.device)  # [the bucket's numel]
         try:
             self.group._broadcast(flat)
@@ -174,8 +175,6 @@ def buckets(state: dict[str, torch.Tensor], limit_bytes: int) -> list[tuple[str,
     return plan
 
 
-def _numel(shape: list[int]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
+def layout_shapes(layout: list[dict]) -> dict[str, tuple[int, ...]]:
+    """Every tensor's shape in a published push layout ([{"dtype", "tensors": [[name, shape]]}])."""
+    return {name: tuple(shape) for bucket in layout for name, shape in bucket["tensors"]}

@@ -51,6 +51,7 @@ from heron.rollout.server.http import ServerClient
 from heron.rollout.server.process import ServerProcess, free_port, log_tail
 from heron.rollout.server.sleep_backend import ServerSideMemory
 from heron.rollout.server.weight_layout import WeightLayout, file_shapes
+from heron.weights.broadcast import layout_shapes
 from heron.weights.handle import SafetensorsFile, WeightHandle
 from heron.weights.version import WeightVersionError
 
@@ -212,9 +213,10 @@ class ServerEngine(Resident):
         """Whether the server can load the transport's own file ``path`` (disk transport) instead
         of a copy: its header fits the served layout under the checkpoint's own names (an alias
         needs the copy, which renames it) and the server never rereads pushed files. A file that
-        does not fit raises ``ValueError`` here, before anything changes."""
-        targets = self.layout.targets(file_shapes(path))
-        return all(name == target for name, target in targets.items()) and not self.adapter.rereads_pushed_files()
+        does not fit raises ``ValueError`` here or in the copy's check, before anything changes."""
+        if self.adapter.rereads_pushed_files():
+            return False  # the copy's own check (to_push) refuses a misfit
+        return all(name == target for name, target in self.layout.targets(file_shapes(path)).items())
 
     def _push_file(self, path: Path, version: int) -> None:
         """The server loads ``path`` in place and must then serve ``version`` (caller holds the lock)."""
@@ -227,9 +229,8 @@ class ServerEngine(Resident):
         with self._lock:
             client = self._live_client("load_weights")
             layout = self.adapter.broadcast_layout(client, version)
-            shapes = {name: tuple(shape) for bucket in layout for name, shape in bucket["tensors"]}
             try:
-                renames = self.layout.targets(shapes)
+                renames = self.layout.targets(layout_shapes(layout))
             except ValueError:
                 self.adapter.receive_weights(client, version, {}, load=False)  # the sender completes
                 raise

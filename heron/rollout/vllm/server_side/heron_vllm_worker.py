@@ -33,6 +33,7 @@ from __future__ import annotations
 
 
 import json
+import math
 
 DTYPES = ("float32", "bfloat16", "float16", "float64", "int64")  # heron.weights.broadcast's
 
@@ -167,7 +168,7 @@ class _BucketStream:
 
         if bucket["dtype"].removeprefix("torch.") not in DTYPES:
             raise ValueError(f"heron_receive_weights: unknown dtype {bucket['dtype']!r}")
-        sizes = [_numel(shape) for _, shape in bucket["tensors"]]
+        sizes = [math.prod(shape) for _, shape in bucket["tensors"]]
         flat = torch.empty(sum(sizes), dtype=getattr(torch, bucket["dtype"].removeprefix("torch.")), device=self.device)
         options = dist.BroadcastOptions()
         options.rootRank = 0
@@ -179,10 +180,3 @@ class _BucketStream:
             raise
         self.received += len(sizes)
         return [(name, part.view(shape)) for (name, shape), part in zip(bucket["tensors"], flat.split(sizes))]
-
-
-def _numel(shape: list) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
